@@ -1,0 +1,54 @@
+"""ONNX Runtime backend: the CPU default.
+
+The model id, width and input size are read from the ONNX file's metadata (written at export),
+so a node publishing features always says which weights made them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from .base import Embedding, EncoderError, l2_normalise
+
+
+class OnnxRuntimeEncoder:
+    backend = "onnxruntime"
+
+    def __init__(self, model_path: str | Path, threads: int = 0, providers: list[str] | None = None) -> None:
+        import onnxruntime as ort
+
+        path = Path(model_path)
+        if not path.is_file():
+            raise EncoderError(f"model file not found: {path} (build it with `openclaw-vision export`)")
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads if threads > 0 else (os.cpu_count() or 1)
+        opts.inter_op_num_threads = 1
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        # A node runs one session next to DDS threads: spinning idle threads steal the CPU the
+        # transport and preprocessing need.
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        try:
+            self.session = ort.InferenceSession(str(path), opts, providers=providers or ["CPUExecutionProvider"])
+        except Exception as err:  # onnxruntime raises its own exception types; name the file
+            raise EncoderError(f"cannot load {path}: {err}") from err
+        inp = self.session.get_inputs()[0]
+        self._input = inp.name
+        self._output = self.session.get_outputs()[0].name
+        meta = self.session.get_modelmeta().custom_metadata_map
+        self.model_id = meta.get("model_id", path.stem)
+        self.precision = meta.get("precision", "fp32")
+        shape = inp.shape
+        self.image_size = int(meta.get("image_size", shape[-1] if isinstance(shape[-1], int) else 224))
+        out_shape = self.session.get_outputs()[0].shape
+        self.embed_dim = int(meta.get("embed_dim", out_shape[-1]))
+        self.threads = opts.intra_op_num_threads
+
+    def encode(self, pixels: np.ndarray) -> Embedding:
+        s = self.image_size
+        if pixels.ndim != 4 or pixels.shape[1:] != (3, s, s):
+            raise EncoderError(f"expected pixels (N, 3, {s}, {s}), got {pixels.shape}")
+        out = self.session.run([self._output], {self._input: np.ascontiguousarray(pixels, np.float32)})[0]
+        return Embedding(l2_normalise(out), self.model_id)

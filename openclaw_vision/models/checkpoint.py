@@ -1,0 +1,162 @@
+"""Load real CLIP vision weights: open_clip and Hugging Face layouts, safetensors or torch files.
+
+Both layouts end up in our module's (open_clip-style) names. The only layout-specific work is
+here: Hugging Face keeps q, k and v as separate Linear layers, open_clip stacks them into one
+`in_proj`; we concatenate once, at load time. Every tensor is checked against the config
+before it is copied, and a mismatch names the parameter, the expected and the found shape.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import torch
+
+from .configs import VisionConfig, get_config
+from .vit import VisionTransformer
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that does not fit the architecture it is loaded into."""
+
+
+def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
+    """Read a safetensors file, a torch file, or a Hugging Face folder holding model.safetensors."""
+    path = Path(path)
+    if path.is_dir():
+        candidates = sorted(path.glob("*.safetensors"))
+        if not candidates:
+            raise CheckpointError(f"{path}: no *.safetensors file in this folder")
+        state: dict[str, torch.Tensor] = {}
+        for file in candidates:
+            state.update(read_state_dict(file))
+        return state
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(str(path))
+    obj = torch.load(str(path), map_location="cpu", weights_only=True)
+    if isinstance(obj, dict) and "state_dict" in obj:
+        obj = obj["state_dict"]
+    if not isinstance(obj, dict):
+        raise CheckpointError(f"{path}: expected a state dict, found {type(obj).__name__}")
+    return {k.removeprefix("module."): v for k, v in obj.items()}
+
+
+def detect_layout(state: dict[str, torch.Tensor]) -> str:
+    if any(k.startswith("vision_model.") for k in state):
+        return "huggingface"
+    if any(k.startswith("visual.") for k in state) or "conv1.weight" in state:
+        return "open_clip"
+    raise CheckpointError("checkpoint has neither open_clip (visual.*) nor Hugging Face (vision_model.*) keys")
+
+
+def config_from_hf(config_json: Path) -> VisionConfig:
+    """Build a VisionConfig from a Hugging Face CLIPModel / CLIPVisionModelWithProjection config.json."""
+    raw = json.loads(Path(config_json).read_text())
+    vis = raw.get("vision_config", raw)
+    act = vis.get("hidden_act", "quick_gelu")
+    return VisionConfig(
+        image_size=int(vis.get("image_size", 224)),
+        patch_size=int(vis["patch_size"]),
+        width=int(vis["hidden_size"]),
+        layers=int(vis["num_hidden_layers"]),
+        heads=int(vis["num_attention_heads"]),
+        mlp_dim=int(vis["intermediate_size"]),
+        embed_dim=int(raw.get("projection_dim", vis.get("projection_dim", 512))),
+        act="quick_gelu" if act == "quick_gelu" else "gelu",
+        ln_eps=float(vis.get("layer_norm_eps", 1e-5)),
+    )
+
+
+def _from_open_clip(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    if any(k.startswith("visual.") for k in state):
+        return {k[len("visual.") :]: v for k, v in state.items() if k.startswith("visual.")}
+    return dict(state)
+
+
+_HF_BLOCK = {
+    "layer_norm1": "ln_1",
+    "layer_norm2": "ln_2",
+    "self_attn.out_proj": "attn.out_proj",
+    "mlp.fc1": "mlp.c_fc",
+    "mlp.fc2": "mlp.c_proj",
+}
+
+
+def _from_huggingface(state: dict[str, torch.Tensor], layers: int) -> dict[str, torch.Tensor]:
+    out = {
+        "conv1.weight": state["vision_model.embeddings.patch_embedding.weight"],
+        "class_embedding": state["vision_model.embeddings.class_embedding"],
+        "positional_embedding": state["vision_model.embeddings.position_embedding.weight"],
+        "ln_pre.weight": state["vision_model.pre_layrnorm.weight"],
+        "ln_pre.bias": state["vision_model.pre_layrnorm.bias"],
+        "ln_post.weight": state["vision_model.post_layernorm.weight"],
+        "ln_post.bias": state["vision_model.post_layernorm.bias"],
+        "proj": state["visual_projection.weight"].t().contiguous(),
+    }
+    for i in range(layers):
+        src = f"vision_model.encoder.layers.{i}."
+        dst = f"transformer.resblocks.{i}."
+        for kind in ("weight", "bias"):
+            out[dst + f"attn.in_proj_{kind}"] = torch.cat(
+                [state[src + f"self_attn.{p}_proj.{kind}"] for p in ("q", "k", "v")], dim=0
+            )
+            for hf, oc in _HF_BLOCK.items():
+                out[dst + f"{oc}.{kind}"] = state[src + f"{hf}.{kind}"]
+    return out
+
+
+def load_into(model: VisionTransformer, state: dict[str, torch.Tensor]) -> None:
+    """Copy a checkpoint (either layout) into `model`, checking every name and shape first."""
+    layout = detect_layout(state)
+    try:
+        mapped = _from_open_clip(state) if layout == "open_clip" else _from_huggingface(state, model.cfg.layers)
+    except KeyError as err:
+        raise CheckpointError(f"{layout} checkpoint is missing tensor {err.args[0]!r}") from None
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(mapped))
+    if missing:
+        raise CheckpointError(f"{layout} checkpoint lacks {len(missing)} tensors, first: {missing[:3]}")
+    for name, want in expected.items():
+        got = mapped[name]
+        if tuple(got.shape) != tuple(want.shape):
+            raise CheckpointError(
+                f"parameter {name!r}: expected shape {tuple(want.shape)}, found {tuple(got.shape)} "
+                f"(is the model config right for this checkpoint?)"
+            )
+    model.load_state_dict({k: mapped[k].to(torch.float32) for k in expected}, strict=True)
+
+
+def file_digest(path: Path) -> str:
+    """Short content hash, so a model id says which weights it is."""
+    h = hashlib.sha256()
+    files = sorted(Path(path).glob("*.safetensors")) if Path(path).is_dir() else [Path(path)]
+    for file in files:
+        with open(file, "rb") as fh:
+            for chunk in iter(lambda fh=fh: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()[:12]
+
+
+def build_model(name: str, checkpoint: Path | None = None, seed: int = 0) -> tuple[VisionTransformer, str]:
+    """The tower for `name` with real weights from `checkpoint`, or a seeded random init.
+
+    Returns the model (eval mode) and its id: `<name>@<weights>` where weights is the
+    checkpoint's content hash or `random-seed<N>`, so features say what produced them.
+    For a Hugging Face folder with a config.json, the architecture comes from that file.
+    """
+    if checkpoint is not None and Path(checkpoint).is_dir() and (Path(checkpoint) / "config.json").exists():
+        cfg = config_from_hf(Path(checkpoint) / "config.json")
+    else:
+        cfg = get_config(name)
+    model = VisionTransformer(cfg)
+    if checkpoint is None:
+        model.init_random(seed)
+        weights = f"random-seed{seed}"
+    else:
+        load_into(model, read_state_dict(Path(checkpoint)))
+        weights = file_digest(Path(checkpoint))
+    return model.eval(), f"{name}@{weights}"

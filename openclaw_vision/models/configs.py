@@ -1,0 +1,71 @@
+"""Named CLIP vision-tower configurations.
+
+One dict entry per architecture, as open_clip keeps them, so no code ever hard-codes a
+width, depth or embedding size: everything downstream reads it from a `VisionConfig`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class VisionConfig:
+    """Shape of a CLIP ViT image tower (the part that turns pixels into one embedding)."""
+
+    image_size: int
+    patch_size: int
+    width: int
+    layers: int
+    heads: int
+    mlp_dim: int
+    embed_dim: int
+    act: str = "gelu"  # "gelu" (LAION/open_clip) or "quick_gelu" (OpenAI weights)
+    ln_eps: float = 1e-5
+
+    @property
+    def grid(self) -> int:
+        return self.image_size // self.patch_size
+
+    @property
+    def tokens(self) -> int:
+        return self.grid * self.grid + 1
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def flops_per_image(self) -> int:
+        """Multiply-accumulates ×2 of one forward pass (matmuls and the patch conv only)."""
+        t, w = self.tokens, self.width
+        patch = 2 * (self.grid**2) * (3 * self.patch_size**2) * w
+        attn_proj = 2 * t * w * (3 * w) + 2 * t * w * w
+        attn_core = 2 * 2 * t * t * w
+        mlp = 2 * 2 * t * w * self.mlp_dim
+        proj = 2 * w * self.embed_dim
+        return patch + self.layers * (attn_proj + attn_core + mlp) + proj
+
+
+MODEL_CONFIGS: dict[str, VisionConfig] = {
+    # A test-sized tower: same code paths, milliseconds per frame.
+    "tiny": VisionConfig(image_size=224, patch_size=32, width=64, layers=2, heads=4, mlp_dim=256, embed_dim=32),
+    "ViT-B-32": VisionConfig(image_size=224, patch_size=32, width=768, layers=12, heads=12, mlp_dim=3072, embed_dim=512),
+    "ViT-B-16": VisionConfig(image_size=224, patch_size=16, width=768, layers=12, heads=12, mlp_dim=3072, embed_dim=512),
+    "ViT-L-14": VisionConfig(image_size=224, patch_size=14, width=1024, layers=24, heads=16, mlp_dim=4096, embed_dim=768),
+    "ViT-H-14": VisionConfig(image_size=224, patch_size=14, width=1280, layers=32, heads=16, mlp_dim=5120, embed_dim=1024),
+    "ViT-bigG-14": VisionConfig(image_size=224, patch_size=14, width=1664, layers=48, heads=16, mlp_dim=8192, embed_dim=1280),
+}
+
+
+def get_config(name: str) -> VisionConfig:
+    """Look a configuration up by name (case-insensitive), with a clear error listing the known ones."""
+    for key, cfg in MODEL_CONFIGS.items():
+        if key.lower() == name.lower():
+            return cfg
+    raise KeyError(f"unknown model {name!r}; known: {', '.join(MODEL_CONFIGS)}")
+
+
+def canonical_name(name: str) -> str:
+    for key in MODEL_CONFIGS:
+        if key.lower() == name.lower():
+            return key
+    raise KeyError(f"unknown model {name!r}; known: {', '.join(MODEL_CONFIGS)}")
