@@ -1,0 +1,138 @@
+"""rosbag2 reading and writing through the `rosbags` library, plus the sample bag.
+
+Bags are always written as version 8: Humble reads 6–8 and cannot parse version 9's
+metadata. Messages are moved as raw CDR bytes; the typestore is Humble's plus our own
+VisualFeatures, parsed from msg/VisualFeatures.msg (the one definition of the wire type).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from .resources import share_path
+
+IMAGE_TYPE = "sensor_msgs/msg/Image"
+FEATURES_TYPE = "openclaw_vision/msg/VisualFeatures"
+BAG_VERSION = 8
+STORAGES = ("mcap", "sqlite3")
+
+
+@lru_cache(maxsize=1)
+def typestore():
+    """Humble's message types plus openclaw_vision/msg/VisualFeatures from its .msg file."""
+    from rosbags.typesys import Stores, get_typestore, get_types_from_msg
+
+    store = get_typestore(Stores.ROS2_HUMBLE)
+    store.register(get_types_from_msg(share_path("msg", "VisualFeatures.msg").read_text(), FEATURES_TYPE))
+    return store
+
+
+@dataclass
+class BagMessage:
+    topic: str
+    msgtype: str
+    timestamp_ns: int
+    raw: bytes
+
+
+def read_messages(path: Path, msgtype: str | None = None, topic: str | None = None) -> Iterator[BagMessage]:
+    """Raw CDR messages in time order, optionally only one type or topic (mcap or sqlite3)."""
+    from rosbags.rosbag2 import Reader
+
+    with Reader(Path(path)) as reader:
+        conns = [
+            c for c in reader.connections if (msgtype is None or c.msgtype == msgtype) and (topic is None or c.topic == topic)
+        ]
+        if not conns:
+            have = ", ".join(f"{c.topic} [{c.msgtype}]" for c in reader.connections) or "nothing"
+            raise ValueError(f"{path}: no {topic or msgtype or 'messages'} in this bag (it has {have})")
+        for conn, ts, raw in reader.messages(connections=conns):
+            yield BagMessage(conn.topic, conn.msgtype, ts, bytes(raw))
+
+
+def image_topics(path: Path) -> list[str]:
+    from rosbags.rosbag2 import Reader
+
+    with Reader(Path(path)) as reader:
+        return sorted({c.topic for c in reader.connections if c.msgtype == IMAGE_TYPE})
+
+
+class BagWriter:
+    """Write raw CDR messages to a version-8 rosbag2 (mcap or sqlite3)."""
+
+    def __init__(self, path: Path, storage: str = "mcap") -> None:
+        from rosbags.rosbag2 import StoragePlugin, Writer
+
+        if storage not in STORAGES:
+            raise ValueError(f"storage must be one of {STORAGES}, got {storage!r}")
+        plugin = StoragePlugin.MCAP if storage == "mcap" else StoragePlugin.SQLITE3
+        self._writer = Writer(Path(path), version=BAG_VERSION, storage_plugin=plugin)
+        self._conns: dict[str, object] = {}
+
+    def __enter__(self) -> BagWriter:
+        self._writer.open()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._writer.close()
+
+    def write(self, topic: str, msgtype: str, timestamp_ns: int, raw: bytes) -> None:
+        if topic not in self._conns:
+            self._conns[topic] = self._writer.add_connection(
+                topic, msgtype, typestore=typestore(), serialization_format="cdr", offered_qos_profiles=""
+            )
+        self._writer.write(self._conns[topic], timestamp_ns, raw)
+
+
+def serialize_image(rgb_or_raw: np.ndarray, encoding: str, stamp_ns: int, frame_id: str = "camera", step: int | None = None) -> bytes:
+    """CDR bytes of a sensor_msgs/Image holding `rgb_or_raw` (H, W, C) as `encoding`."""
+    store = typestore()
+    Image = store.types[IMAGE_TYPE]
+    Header = store.types["std_msgs/msg/Header"]
+    Time = store.types["builtin_interfaces/msg/Time"]
+    h, w = rgb_or_raw.shape[:2]
+    data = np.ascontiguousarray(rgb_or_raw, dtype=np.uint8).reshape(-1)
+    row = data.size // h
+    msg = Image(
+        header=Header(stamp=Time(sec=stamp_ns // 1_000_000_000, nanosec=stamp_ns % 1_000_000_000), frame_id=frame_id),
+        height=h,
+        width=w,
+        encoding=encoding,
+        is_bigendian=0,
+        step=row if step is None else step,
+        data=data,
+    )
+    return bytes(store.serialize_cdr(msg, IMAGE_TYPE))
+
+
+def deserialize(raw: bytes, msgtype: str):
+    return typestore().deserialize_cdr(raw, msgtype)
+
+
+def write_sample_bag(
+    path: Path,
+    frames: int = 90,
+    fps: float = 30.0,
+    width: int = 1920,
+    height: int = 1080,
+    encoding: str = "rgb8",
+    topic: str = "/camera/image_raw",
+    storage: str = "mcap",
+    start_ns: int = 1_700_000_000_000_000_000,
+) -> int:
+    """Write `frames` panning camera frames at `fps` as sensor_msgs/Image; returns the count."""
+    from .sample_frames import convert_rgb, pan_frames
+
+    period = int(round(1e9 / fps))
+    n = 0
+    with BagWriter(path, storage) as bag:
+        for i, rgb in enumerate(pan_frames(frames, width, height)):
+            stamp = start_ns + i * period
+            bag.write(topic, IMAGE_TYPE, stamp, serialize_image(convert_rgb(rgb, encoding), encoding, stamp))
+            n += 1
+    return n

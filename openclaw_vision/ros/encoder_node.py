@@ -1,0 +1,245 @@
+"""The encoder node: sensor_msgs/Image in, openclaw_vision/VisualFeatures out, newest frame first.
+
+Threads and data flow, one direction:
+
+    transport thread: take sample → validate into a Frame → LatestSlot (displaced frame: dropped)
+    worker thread:    LatestSlot → preprocess → encode → publish VisualFeatures (header copied)
+    diagnostics:      every `diagnostics_period` s, counters and stage percentiles on /diagnostics
+
+Every frame that arrives is counted exactly once as encoded, dropped (a newer one arrived
+before the worker was free), rejected (bytes that are not a valid image; logged) or failed
+(an unexpected error in preprocess/encode/publish; logged). The node keeps running through
+all of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from .. import config as cfgmod
+from ..encoders import EncoderError, ImageEncoder, create_encoder
+from ..preprocess.cpu import CpuPreprocessor
+from ..preprocess.encodings import FrameError
+from ..preprocess.spec import PreprocessSpec
+from ..resources import default_model_path, share_path
+from ..stats import Counters, LatestSlot, StageTimes
+from .convert import features_message, image_to_frame
+from .diagnostics import OK, WARN, diagnostic_array
+from .transport import DEFAULT, DIAGNOSTIC_ARRAY, IMAGE, VISUAL_FEATURES, QoS, Transport, create_transport
+
+log = logging.getLogger("encoder_node")
+
+NODE_NAME = "encoder_node"
+STATUS_NAME = f"{NODE_NAME}: pipeline"
+STAGES = ("deserialize", "preprocess", "encode", "publish")
+COUNTS = ("received", "encoded", "dropped", "rejected", "failed")
+
+
+class _Throttle:
+    """Log a repeated problem at most once per `period` seconds, with how often it happened."""
+
+    def __init__(self, period: float = 2.0) -> None:
+        self.period, self._last, self._n = period, 0.0, 0
+
+    def __call__(self, fn, text: str, *args) -> None:
+        self._n += 1
+        now = time.monotonic()
+        if now - self._last >= self.period:
+            fn(text + " (%d such since last report)", *args, self._n)
+            self._last, self._n = now, 0
+
+
+class EncoderNode:
+    def __init__(self, cfg: cfgmod.EncoderConfig, transport: Transport, encoder: ImageEncoder) -> None:
+        self.cfg = cfg
+        self.transport = transport
+        self.encoder = encoder
+        self.preprocess = CpuPreprocessor(PreprocessSpec(size=encoder.image_size))
+        self.counters = Counters(COUNTS)
+        self.times = StageTimes(STAGES)
+        self._slot = LatestSlot()
+        self._stop = threading.Event()
+        self._warn_reject = _Throttle()
+        self._warn_fail = _Throttle()
+        self._features = transport.publisher(cfg.features_topic, VISUAL_FEATURES, DEFAULT)
+        self._diag = transport.publisher("/diagnostics", DIAGNOSTIC_ARRAY, QoS("reliable", 1))
+        image_qos = QoS(cfg.reliability, cfg.depth)
+        self._images = transport.subscribe(cfg.image_topic, IMAGE, image_qos, self._on_image)
+        self._threads = [
+            threading.Thread(target=self._work, name="encoder-worker", daemon=True),
+            threading.Thread(target=self._report, name="diagnostics", daemon=True),
+        ]
+
+    # transport thread -------------------------------------------------------------------
+    def _on_image(self, msg: Any, deserialize_s: float) -> None:
+        self.counters.inc("received")
+        t0 = time.perf_counter()
+        try:
+            frame = image_to_frame(msg)
+        except FrameError as err:
+            self.counters.inc("rejected")
+            self._warn_reject(log.warning, "rejected image on %s: %s", self.cfg.image_topic, err)
+            return
+        self.times.add("deserialize", deserialize_s + time.perf_counter() - t0)
+        if self._slot.put((frame, msg.header)):
+            self.counters.inc("dropped")
+
+    # worker thread ----------------------------------------------------------------------
+    def _work(self) -> None:
+        while not self._stop.is_set():
+            item = self._slot.take(timeout=0.2)
+            if item is not None:
+                self._encode_one(*item)
+
+    def _encode_one(self, frame, header) -> None:
+        try:
+            t0 = time.perf_counter()
+            pixels = self.preprocess(frame)[None]
+            t1 = time.perf_counter()
+            emb = self.encoder.encode(pixels)
+            t2 = time.perf_counter()
+            self._features.publish(features_message(self.transport, header, emb.model_id, emb.vectors[0]))
+            t3 = time.perf_counter()
+        except FrameError as err:
+            self.counters.inc("rejected")
+            self._warn_reject(log.warning, "rejected image on %s: %s", self.cfg.image_topic, err)
+            return
+        except Exception as err:  # keep serving frames; the counter and log make it visible
+            self.counters.inc("failed")
+            self._warn_fail(log.error, "encoding a frame failed: %r", err)
+            return
+        self.times.add("preprocess", t1 - t0)
+        self.times.add("encode", t2 - t1)
+        self.times.add("publish", t3 - t2)
+        self.counters.inc("encoded")
+
+    # diagnostics ------------------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        counts = self.counters.snapshot()
+        lost = getattr(self._images, "lost", lambda: 0)()
+        return {
+            **counts,
+            "lost": lost,
+            "stages_ms": self.times.summary(),
+            "backend": self.encoder.backend,
+            "precision": self.encoder.precision,
+            "model": self.encoder.model_id,
+            "transport": self.transport.name,
+        }
+
+    def diagnostics_values(self) -> dict[str, Any]:
+        st = self.stats()
+        values: dict[str, Any] = {k: st[k] for k in (*COUNTS, "lost", "backend", "precision", "model", "transport")}
+        for stage, summ in st["stages_ms"].items():
+            for key in ("p50", "p95", "p99", "mean"):
+                values[f"{stage}_ms_{key}"] = f"{summ[key]:.3f}"
+        return values
+
+    def publish_diagnostics(self) -> None:
+        values = self.diagnostics_values()
+        bad = int(values["rejected"]) + int(values["failed"])
+        level, text = (WARN, f"{bad} frames rejected or failed") if bad else (OK, "encoding")
+        self._diag.publish(diagnostic_array(self.transport, STATUS_NAME, level, text, values))
+
+    def _report(self) -> None:
+        while not self._stop.wait(self.cfg.diagnostics_period):
+            try:
+                self.publish_diagnostics()
+            except Exception:
+                log.exception("publishing diagnostics failed")
+
+    # lifecycle --------------------------------------------------------------------------
+    def start(self) -> EncoderNode:
+        for t in self._threads:
+            t.start()
+        log.info(
+            "ready: %s [%s] -> %s [%s], model %s, backend %s/%s, transport %s",
+            self.cfg.image_topic, self.cfg.reliability, self.cfg.features_topic, "reliable",
+            self.encoder.model_id, self.encoder.backend, self.encoder.precision, self.transport.name,
+        )
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._slot.close()
+        for t in self._threads:
+            t.join(timeout=5)
+        try:
+            self.publish_diagnostics()  # a last, complete count for whoever is listening
+        except Exception:
+            log.exception("final diagnostics failed")
+
+
+def build_config(argv: list[str]) -> tuple[cfgmod.EncoderConfig, argparse.Namespace]:
+    parser = argparse.ArgumentParser(prog="openclaw-vision encoder", description="Run the encoder node.")
+    parser.add_argument("--config", type=Path, default=None, help="ROS 2 parameters YAML (default: config/encoder.yaml)")
+    parser.add_argument("--stats-json", type=Path, default=None, help="write final counters and stage times here on exit")
+    parser.add_argument("--log-level", default="INFO")
+    cfgmod.add_arguments(parser)
+    args = parser.parse_args(argv)
+    config_file = args.config or share_path("config", "encoder.yaml")
+    overrides = {k: getattr(args, k) for k in cfgmod.EncoderConfig().as_dict()}
+    return cfgmod.from_sources(config_file, NODE_NAME, overrides), args
+
+
+def _strip_ros_args(argv: list[str]) -> list[str]:
+    """Drop `--ros-args ...` (added by ros2 launch); rclpy reads those itself."""
+    out, skipping = [], False
+    for a in argv:
+        if a == "--ros-args":
+            skipping = True
+        elif skipping and a == "--":
+            skipping = False
+        elif not skipping:
+            out.append(a)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        cfg, args = build_config(_strip_ros_args(argv))
+    except cfgmod.ConfigError as err:
+        print(f"encoder_node: configuration error: {err}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=args.log_level, format="[%(asctime)s] [%(name)s] %(levelname)s: %(message)s")
+    transport = create_transport(cfg.transport, NODE_NAME)
+    if hasattr(transport, "declare_parameters"):  # ROS parameters override the file and flags
+        try:
+            cfg = cfgmod.EncoderConfig.from_dict(transport.declare_parameters(cfg.as_dict())).validate()
+        except cfgmod.ConfigError as err:
+            log.error("configuration error: %s", err)
+            transport.close()
+            return 2
+    model_path = cfg.model_path or str(default_model_path(cfg.model, cfg.precision))
+    try:
+        encoder = create_encoder(cfg.backend, model_path, cfg.threads)
+    except EncoderError as err:
+        log.error("%s", err)
+        transport.close()
+        return 2
+    node = EncoderNode(cfg, transport, encoder).start()
+    done = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: done.set())
+    done.wait()
+    node.stop()
+    stats = node.stats()
+    log.info("stopped: %s", json.dumps({k: stats[k] for k in (*COUNTS, "lost")}))
+    if args.stats_json:
+        args.stats_json.parent.mkdir(parents=True, exist_ok=True)
+        args.stats_json.write_text(json.dumps(stats, indent=2))
+    transport.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
