@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,7 +52,8 @@ def export_onnx(model: VisionTransformer, model_id: str, out: Path) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     size = model.cfg.image_size
     example = torch.randn(2, 3, size, size, generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # the TorchScript exporter is chosen on purpose
         torch.onnx.export(
             model,
             (example,),

@@ -32,17 +32,17 @@ class Attention(nn.Module):
         if width % heads:
             raise ValueError(f"width {width} is not divisible by heads {heads}")
         self.heads = heads
+        self.scale = 1.0 / math.sqrt(width // heads)
         self.in_proj_weight = nn.Parameter(torch.empty(3 * width, width))
         self.in_proj_bias = nn.Parameter(torch.zeros(3 * width))
         self.out_proj = nn.Linear(width, width)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, w = x.shape
-        hd = w // self.heads
         qkv = nn.functional.linear(x, self.in_proj_weight, self.in_proj_bias)
-        qkv = qkv.reshape(b, t, 3, self.heads, hd).permute(2, 0, 3, 1, 4)
+        qkv = qkv.reshape(b, t, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
         q, k, v = qkv[0], qkv[1], qkv[2]
-        attn = torch.softmax((q * (1.0 / math.sqrt(hd))) @ k.transpose(-2, -1), dim=-1)
+        attn = torch.softmax((q * self.scale) @ k.transpose(-2, -1), dim=-1)
         out = (attn @ v).transpose(1, 2).reshape(b, t, w)
         return self.out_proj(out)
 
