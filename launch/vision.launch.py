@@ -3,11 +3,12 @@
 Starts the encoder node with config/encoder.yaml; the arguments below override its keys.
 """
 
-from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import Node
 from launch_ros.substitutions import FindPackageShare
+
+from launch import LaunchDescription
 
 # launch argument -> (encoder node parameter, default). Defaults match config/encoder.yaml.
 OVERRIDES = {

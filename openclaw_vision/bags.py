@@ -25,7 +25,7 @@ STORAGES = ("mcap", "sqlite3")
 @lru_cache(maxsize=1)
 def typestore():
     """Humble's message types plus openclaw_vision/msg/VisualFeatures from its .msg file."""
-    from rosbags.typesys import Stores, get_typestore, get_types_from_msg
+    from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 
     store = get_typestore(Stores.ROS2_HUMBLE)
     store.register(get_types_from_msg(share_path("msg", "VisualFeatures.msg").read_text(), FEATURES_TYPE))
@@ -46,7 +46,9 @@ def read_messages(path: Path, msgtype: str | None = None, topic: str | None = No
 
     with Reader(Path(path)) as reader:
         conns = [
-            c for c in reader.connections if (msgtype is None or c.msgtype == msgtype) and (topic is None or c.topic == topic)
+            c
+            for c in reader.connections
+            if (msgtype is None or c.msgtype == msgtype) and (topic is None or c.topic == topic)
         ]
         if not conns:
             have = ", ".join(f"{c.topic} [{c.msgtype}]" for c in reader.connections) or "nothing"
@@ -89,7 +91,9 @@ class BagWriter:
         self._writer.write(self._conns[topic], timestamp_ns, raw)
 
 
-def serialize_image(rgb_or_raw: np.ndarray, encoding: str, stamp_ns: int, frame_id: str = "camera", step: int | None = None) -> bytes:
+def serialize_image(
+    rgb_or_raw: np.ndarray, encoding: str, stamp_ns: int, frame_id: str = "camera", step: int | None = None
+) -> bytes:
     """CDR bytes of a sensor_msgs/Image holding `rgb_or_raw` (H, W, C) as `encoding`."""
     store = typestore()
     Image = store.types[IMAGE_TYPE]
@@ -128,7 +132,7 @@ def write_sample_bag(
     """Write `frames` panning camera frames at `fps` as sensor_msgs/Image; returns the count."""
     from .sample_frames import convert_rgb, pan_frames
 
-    period = int(round(1e9 / fps))
+    period = round(1e9 / fps)
     n = 0
     with BagWriter(path, storage) as bag:
         for i, rgb in enumerate(pan_frames(frames, width, height)):

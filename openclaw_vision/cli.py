@@ -37,9 +37,13 @@ def cmd_bag_sample(args: argparse.Namespace) -> int:
         print(f"{args.out} exists; remove it first", file=sys.stderr)
         return 1
     t0 = time.perf_counter()
-    n = write_sample_bag(args.out, args.frames, args.fps, args.width, args.height, args.encoding, args.topic, args.storage)
-    print(f"wrote {n} {args.width}x{args.height} {args.encoding} frames at {args.fps} fps to {args.out} "
-          f"({args.storage}, {time.perf_counter() - t0:.1f} s)")
+    n = write_sample_bag(
+        args.out, args.frames, args.fps, args.width, args.height, args.encoding, args.topic, args.storage
+    )
+    print(
+        f"wrote {n} {args.width}x{args.height} {args.encoding} frames at {args.fps} fps to {args.out} "
+        f"({args.storage}, {time.perf_counter() - t0:.1f} s)"
+    )
     return 0
 
 
@@ -53,9 +57,16 @@ def _replay_options(args: argparse.Namespace):
     from .ros.replay import ReplayOptions
 
     return ReplayOptions(
-        bag=args.bag, out=args.out, bag_topic=args.bag_topic, image_topic=args.image_topic,
-        features_topic=args.features_topic, rate=args.rate, lockstep=args.lockstep,
-        reliability=args.reliability, limit=args.limit, storage=args.storage,
+        bag=args.bag,
+        out=args.out,
+        bag_topic=args.bag_topic,
+        image_topic=args.image_topic,
+        features_topic=args.features_topic,
+        rate=args.rate,
+        lockstep=args.lockstep,
+        reliability=args.reliability,
+        limit=args.limit,
+        storage=args.storage,
     )
 
 
@@ -87,9 +98,12 @@ def add_replay_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lockstep", action="store_true", help="send the next frame only after this one's features")
     p.add_argument("--reliability", choices=("reliable", "best_effort"), default="reliable")
     p.add_argument("--limit", type=int, default=0, help="send at most this many frames")
-    p.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap",
-                   help="output bag storage (Humble reads sqlite3 out of the box; mcap needs "
-                        "ros-humble-rosbag2-storage-mcap)")
+    p.add_argument(
+        "--storage",
+        choices=("mcap", "sqlite3"),
+        default="mcap",
+        help="output bag storage (Humble reads sqlite3 out of the box; mcap needs ros-humble-rosbag2-storage-mcap)",
+    )
     p.add_argument("--transport", default="auto", choices=("auto", "rclpy", "cyclonedds"))
 
 
@@ -106,9 +120,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("export", help="build a CLIP vision tower and export it to ONNX (checked vs PyTorch)")
     p.add_argument("--model", default="ViT-B-32")
-    p.add_argument("--checkpoint", type=Path, default=None,
-                   help="open_clip or Hugging Face weights (.safetensors, .bin/.pt, or an HF folder); "
-                        "default: deterministic random init")
+    p.add_argument(
+        "--checkpoint",
+        type=Path,
+        default=None,
+        help="open_clip or Hugging Face weights (.safetensors, .bin/.pt, or an HF folder); "
+        "default: deterministic random init",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=None, help="default: ~/.cache/openclaw_vision/models/<model>.fp32.onnx")
     p.add_argument("--force", action="store_true")
@@ -123,8 +141,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--height", type=int, default=1080)
     p.add_argument("--encoding", default="rgb8")
     p.add_argument("--topic", default="/camera/image_raw")
-    p.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap",
-                   help="mcap (needs ros-humble-rosbag2-storage-mcap on Humble) or sqlite3 (Humble's default)")
+    p.add_argument(
+        "--storage",
+        choices=("mcap", "sqlite3"),
+        default="mcap",
+        help="mcap (needs ros-humble-rosbag2-storage-mcap on Humble) or sqlite3 (Humble's default)",
+    )
     p.set_defaults(fn=cmd_bag_sample)
 
     sub.add_parser("encoder", help="run the encoder node (flags: see `openclaw-vision encoder --help`)", add_help=False)

@@ -49,13 +49,15 @@ def format_summary(s: dict) -> str:
         f"  model      {s['model']}  ({s['backend']}, {s['precision']}, {s['embedding_dim']}-d)",
         f"  frames     sent {s['sent']}  received {s['received']}  encoded {s['encoded']}  "
         f"dropped {s['dropped']}  rejected {s['rejected']}  failed {s['failed']}",
-        f"  accounted  {'yes' if s['accounted'] else 'NO'}: encoded + dropped + rejected + failed = received = sent; "
-        f"features received {s['features_received']} = encoded",
-        f"  latency    stamp → /visual_features  P50 {lat['p50']:.1f} ms  P95 {lat['p95']:.1f} ms  P99 {lat['p99']:.1f} ms",
+        f"  accounted  {'yes' if s['accounted'] else 'NO'}: encoded + dropped + rejected + failed = received"
+        f" = sent; features received {s['features_received']} = encoded",
+        f"  latency    stamp → /visual_features  P50 {lat['p50']:.1f} ms  P95 {lat['p95']:.1f} ms"
+        f"  P99 {lat['p99']:.1f} ms",
         "  node stages (P50 / P99 ms)  " + "  ".join(f"{k} {v['p50']:.1f}/{v['p99']:.1f}" for k, v in st.items()),
-        f"  replay     {s['rate']:g}× bag rate ({s['send_fps']} fps sent), {s['reliability']} QoS, transport {s['node_transport']}",
+        f"  replay     {s['rate']:g}× bag rate ({s['send_fps']} fps sent), {s['reliability']} QoS,"
+        f" transport {s['node_transport']}",
         f"  outputs    {s['out_bag']}  {s['summary_path']}",
-        "  note       the default model has random weights (no download): embeddings are deterministic but not semantic",
+        "  note       the default model has random weights (no download): embeddings are deterministic, not semantic",
     ]
     return "\n".join(lines)
 
@@ -75,15 +77,28 @@ def run_demo(args: argparse.Namespace) -> int:
     if features_bag.exists():
         shutil.rmtree(features_bag)
 
-    node_args = ["--model", args.model, "--reliability", "reliable", "--depth", "5",
-                 "--diagnostics-period", "0.5", "--transport", "cyclonedds",
-                 "--stats-json", str(out / "node_stats.json")]
+    node_args = [
+        "--model",
+        args.model,
+        "--reliability",
+        "reliable",
+        "--depth",
+        "5",
+        "--diagnostics-period",
+        "0.5",
+        "--transport",
+        "cyclonedds",
+        "--stats-json",
+        str(out / "node_stats.json"),
+    ]
     print("[demo] starting encoder node (log: %s)" % (out / "node.log"), flush=True)
     with NodeProcess(node_args, log_path=out / "node.log") as node:
         transport = create_transport("cyclonedds", "openclaw_replay")
         try:
             print(f"[demo] replaying {frames_bag} at the bag's rate ({args.fps:g} fps), reliable QoS", flush=True)
-            result = replay(ReplayOptions(bag=frames_bag, out=features_bag, rate=1.0, reliability="reliable"), transport)
+            result = replay(
+                ReplayOptions(bag=frames_bag, out=features_bag, rate=1.0, reliability="reliable"), transport
+            )
         finally:
             transport.close()
         if not node.alive():

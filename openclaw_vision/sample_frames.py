@@ -27,7 +27,7 @@ def panorama(height: int) -> np.ndarray:
         if img.ndim == 2:
             img = np.stack([img] * 3, axis=-1)
         img = img[:, :, :3]
-        w = int(round(img.shape[1] * height / img.shape[0]))
+        w = round(img.shape[1] * height / img.shape[0])
         tiles.append(cv2.resize(img, (w, height), interpolation=cv2.INTER_CUBIC))
     return np.ascontiguousarray(np.concatenate(tiles, axis=1))
 
@@ -40,7 +40,7 @@ def pan_frames(count: int, width: int = 1920, height: int = 1080) -> Iterator[np
     travel = strip.shape[1] - width
     for i in range(count):
         phase = i / max(count - 1, 1)
-        x = int(round(travel * 0.5 * (1 - math.cos(2 * math.pi * phase))))
+        x = round(travel * 0.5 * (1 - math.cos(2 * math.pi * phase)))
         yield strip[:, x : x + width]
 
 

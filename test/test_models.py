@@ -56,8 +56,13 @@ def _hf_state(model: VisionTransformer) -> dict[str, torch.Tensor]:
         "visual_projection.weight": sd["proj"].t(),
         "text_model.embeddings.token_embedding.weight": torch.zeros(10, 8),  # a full CLIPModel has a text tower
     }
-    names = {"layer_norm1": "ln_1", "layer_norm2": "ln_2", "self_attn.out_proj": "attn.out_proj",
-             "mlp.fc1": "mlp.c_fc", "mlp.fc2": "mlp.c_proj"}
+    names = {
+        "layer_norm1": "ln_1",
+        "layer_norm2": "ln_2",
+        "self_attn.out_proj": "attn.out_proj",
+        "mlp.fc1": "mlp.c_fc",
+        "mlp.fc2": "mlp.c_proj",
+    }
     for i in range(model.cfg.layers):
         src, dst = f"transformer.resblocks.{i}.", f"vision_model.encoder.layers.{i}."
         for kind in ("weight", "bias"):
@@ -72,9 +77,16 @@ def _hf_state(model: VisionTransformer) -> dict[str, torch.Tensor]:
 def _hf_config(cfg) -> dict:
     return {
         "projection_dim": cfg.embed_dim,
-        "vision_config": {"hidden_size": cfg.width, "num_hidden_layers": cfg.layers, "num_attention_heads": cfg.heads,
-                          "intermediate_size": cfg.mlp_dim, "patch_size": cfg.patch_size, "image_size": cfg.image_size,
-                          "hidden_act": "quick_gelu", "layer_norm_eps": 1e-5},
+        "vision_config": {
+            "hidden_size": cfg.width,
+            "num_hidden_layers": cfg.layers,
+            "num_attention_heads": cfg.heads,
+            "intermediate_size": cfg.mlp_dim,
+            "patch_size": cfg.patch_size,
+            "image_size": cfg.image_size,
+            "hidden_act": "quick_gelu",
+            "layer_norm_eps": 1e-5,
+        },
     }
 
 
@@ -87,7 +99,7 @@ def test_open_clip_and_hf_checkpoints_load_to_the_same_tower(tmp_path):
     (hf_dir / "config.json").write_text(json.dumps(_hf_config(src.cfg)))
 
     oc, oc_id = build_model("tiny", tmp_path / "open_clip_model.safetensors")
-    hf, hf_id = build_model("tiny", hf_dir)
+    hf, _hf_id = build_model("tiny", hf_dir)
     assert hf.cfg.act == "quick_gelu"  # the architecture came from config.json
     x = torch.randn(3, 3, 224, 224, generator=torch.Generator().manual_seed(3))
     with torch.no_grad():

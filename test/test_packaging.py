@@ -20,8 +20,18 @@ def test_package_xml_is_valid_format3_with_run_dependencies():
     assert pkg.package_format == 3
     assert pkg.name == "openclaw_vision"
     run = {d.name for d in pkg.exec_depends} | {d.name for d in pkg.build_export_depends}
-    for dep in ("rclpy", "sensor_msgs", "std_msgs", "diagnostic_msgs", "rosidl_default_runtime", "launch_ros",
-                "python3-numpy", "python3-opencv", "python3-yaml", "python3-onnxruntime-pip"):
+    for dep in (
+        "rclpy",
+        "sensor_msgs",
+        "std_msgs",
+        "diagnostic_msgs",
+        "rosidl_default_runtime",
+        "launch_ros",
+        "python3-numpy",
+        "python3-opencv",
+        "python3-yaml",
+        "python3-onnxruntime-pip",
+    ):
         assert dep in run, dep
     assert "rosidl_interface_packages" in [g.name for g in pkg.member_of_groups]
     assert pkg.get_build_type() == "ament_cmake"

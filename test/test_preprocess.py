@@ -42,8 +42,9 @@ def test_uniform_frame_gives_exact_normalised_channels(encoding, size):
 def test_mono8_replicates_the_grey_level():
     img = np.full((720, 1280, 3), 77, np.uint8)
     out = CpuPreprocessor()(_frame(img, "mono8"))
-    np.testing.assert_allclose(out, SPEC.normalise(np.array([77, 77, 77], np.uint8))[:, None, None] * np.ones((3, 224, 224)),
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        out, SPEC.normalise(np.array([77, 77, 77], np.uint8))[:, None, None] * np.ones((3, 224, 224)), atol=1e-5
+    )
 
 
 @pytest.mark.parametrize("encoding", ["yuv422", "yuyv"])
@@ -128,10 +129,12 @@ def test_plain_bilinear_would_fail_the_same_check(vit_b32):
 
     frames = [_grass(1080, 1920)]
     spec = PreprocessSpec()
+
     def bilinear(f):
         b = crop_box(*f.shape[:2], 224)
         crop = f[int(b.y0) : int(b.y0 + b.height), int(b.x0) : int(b.x0 + b.width)]
         return spec.normalise(cv2.resize(crop, (224, 224), interpolation=cv2.INTER_LINEAR)).transpose(2, 0, 1)
+
     fast = np.stack([bilinear(f) for f in frames])
     ref = np.stack([reference_preprocess(Frame.from_rgb(f)) for f in frames])
     with torch.no_grad():

@@ -23,5 +23,7 @@ def create_encoder(backend: str, model_path: str | Path, threads: int = 0) -> Im
     from .onnxruntime import OnnxRuntimeEncoder
 
     enc = OnnxRuntimeEncoder(model_path, threads=threads)
-    log.info("encoder backend %s (picked for %r), model %s, %d threads", enc.backend, backend, enc.model_id, enc.threads)
+    log.info(
+        "encoder backend %s (picked for %r), model %s, %d threads", enc.backend, backend, enc.model_id, enc.threads
+    )
     return enc

@@ -48,11 +48,21 @@ class VisionConfig:
 MODEL_CONFIGS: dict[str, VisionConfig] = {
     # A test-sized tower: same code paths, milliseconds per frame.
     "tiny": VisionConfig(image_size=224, patch_size=32, width=64, layers=2, heads=4, mlp_dim=256, embed_dim=32),
-    "ViT-B-32": VisionConfig(image_size=224, patch_size=32, width=768, layers=12, heads=12, mlp_dim=3072, embed_dim=512),
-    "ViT-B-16": VisionConfig(image_size=224, patch_size=16, width=768, layers=12, heads=12, mlp_dim=3072, embed_dim=512),
-    "ViT-L-14": VisionConfig(image_size=224, patch_size=14, width=1024, layers=24, heads=16, mlp_dim=4096, embed_dim=768),
-    "ViT-H-14": VisionConfig(image_size=224, patch_size=14, width=1280, layers=32, heads=16, mlp_dim=5120, embed_dim=1024),
-    "ViT-bigG-14": VisionConfig(image_size=224, patch_size=14, width=1664, layers=48, heads=16, mlp_dim=8192, embed_dim=1280),
+    "ViT-B-32": VisionConfig(
+        image_size=224, patch_size=32, width=768, layers=12, heads=12, mlp_dim=3072, embed_dim=512
+    ),
+    "ViT-B-16": VisionConfig(
+        image_size=224, patch_size=16, width=768, layers=12, heads=12, mlp_dim=3072, embed_dim=512
+    ),
+    "ViT-L-14": VisionConfig(
+        image_size=224, patch_size=14, width=1024, layers=24, heads=16, mlp_dim=4096, embed_dim=768
+    ),
+    "ViT-H-14": VisionConfig(
+        image_size=224, patch_size=14, width=1280, layers=32, heads=16, mlp_dim=5120, embed_dim=1024
+    ),
+    "ViT-bigG-14": VisionConfig(
+        image_size=224, patch_size=14, width=1664, layers=48, heads=16, mlp_dim=8192, embed_dim=1280
+    ),
 }
 
 

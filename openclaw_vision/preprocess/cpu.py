@@ -59,8 +59,8 @@ class CpuPreprocessor:
         h, w = frame.height, frame.width
         box = crop_box(h, w, self.spec.size)
         layout = layout_of(frame.encoding)
-        x0, y0 = int(round(box.x0)), int(round(box.y0))
-        x1, y1 = int(round(box.x0 + box.width)), int(round(box.y0 + box.height))
+        x0, y0 = round(box.x0), round(box.y0)
+        x1, y1 = round(box.x0 + box.width), round(box.y0 + box.height)
         if layout in ("UYVY", "YUYV"):  # chroma is shared by pixel pairs: keep the crop on pair boundaries
             x0 -= x0 % 2
             x1 += x1 % 2

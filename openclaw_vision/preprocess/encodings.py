@@ -29,7 +29,9 @@ class FrameError(ValueError):
     """An image whose bytes do not describe a frame we can use."""
 
 
-def pixel_view(data: bytes | bytearray | memoryview | np.ndarray, height: int, width: int, step: int, encoding: str) -> np.ndarray:
+def pixel_view(
+    data: bytes | bytearray | memoryview | np.ndarray, height: int, width: int, step: int, encoding: str
+) -> np.ndarray:
     """A zero-copy (H, W, bpp) uint8 view of the image bytes, row padding removed."""
     if encoding not in ENCODINGS:
         raise FrameError(f"unsupported encoding {encoding!r}; supported: {', '.join(ENCODINGS)}")

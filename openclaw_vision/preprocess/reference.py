@@ -21,8 +21,8 @@ def reference_preprocess(frame: Frame, spec: PreprocessSpec | None = None) -> np
     h, w = rgb.shape[:2]
     rh, rw = resized_size(h, w, spec.size)
     img = Image.fromarray(rgb).resize((rw, rh), Image.Resampling.BICUBIC)
-    top = int(round((rh - spec.size) / 2.0))
-    left = int(round((rw - spec.size) / 2.0))
+    top = round((rh - spec.size) / 2.0)
+    left = round((rw - spec.size) / 2.0)
     img = img.crop((left, top, left + spec.size, top + spec.size))
     arr = np.asarray(img, dtype=np.float32) / 255.0
     arr = (arr - np.asarray(spec.mean, np.float32)) / np.asarray(spec.std, np.float32)

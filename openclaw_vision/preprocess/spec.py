@@ -59,7 +59,7 @@ def crop_box(height: int, width: int, size: int) -> CropBox:
     crop lands on the same pixels while touching a fraction of the data.
     """
     rh, rw = resized_size(height, width, size)
-    top = int(round((rh - size) / 2.0))
-    left = int(round((rw - size) / 2.0))
+    top = round((rh - size) / 2.0)
+    left = round((rw - size) / 2.0)
     sy, sx = height / rh, width / rw
     return CropBox(x0=left * sx, y0=top * sy, width=size * sx, height=size * sy)

@@ -47,7 +47,11 @@ def _qos(q: QoS):
     from cyclonedds.core import Policy, Qos
     from cyclonedds.util import duration
 
-    rel = Policy.Reliability.Reliable(duration(seconds=10)) if q.reliability == "reliable" else Policy.Reliability.BestEffort
+    rel = (
+        Policy.Reliability.Reliable(duration(seconds=10))
+        if q.reliability == "reliable"
+        else Policy.Reliability.BestEffort
+    )
     hist = Policy.History.KeepAll if q.history == "keep_all" else Policy.History.KeepLast(q.depth)
     return Qos(rel, hist, Policy.Durability.Volatile, Policy.DataRepresentation(use_cdrv0_representation=True))
 

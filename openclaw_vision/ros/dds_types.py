@@ -17,7 +17,7 @@ requirements pin its major version.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 from cyclonedds.idl import IdlStruct, make_idl_struct
 from cyclonedds.idl import types as t
@@ -78,7 +78,7 @@ def _field_type(desc):
     raise TypeError(f"unsupported field node {node}")
 
 
-@lru_cache(maxsize=None)
+@cache
 def idl_type(ros_type: str) -> type[IdlStruct]:
     """The Cyclone DDS class for a ROS 2 message type name, e.g. 'sensor_msgs/msg/Image'."""
     store = typestore()

@@ -162,8 +162,14 @@ class EncoderNode:
             t.start()
         log.info(
             "ready: %s [%s] -> %s [%s], model %s, backend %s/%s, transport %s",
-            self.cfg.image_topic, self.cfg.reliability, self.cfg.features_topic, "reliable",
-            self.encoder.model_id, self.encoder.backend, self.encoder.precision, self.transport.name,
+            self.cfg.image_topic,
+            self.cfg.reliability,
+            self.cfg.features_topic,
+            "reliable",
+            self.encoder.model_id,
+            self.encoder.backend,
+            self.encoder.precision,
+            self.transport.name,
         )
         return self
 
@@ -180,8 +186,12 @@ class EncoderNode:
 
 def build_config(argv: list[str]) -> tuple[cfgmod.EncoderConfig, argparse.Namespace]:
     parser = argparse.ArgumentParser(prog="openclaw-vision encoder", description="Run the encoder node.")
-    parser.add_argument("--config", type=Path, default=None, help="ROS 2 parameters YAML (default: config/encoder.yaml)")
-    parser.add_argument("--stats-json", type=Path, default=None, help="write final counters and stage times here on exit")
+    parser.add_argument(
+        "--config", type=Path, default=None, help="ROS 2 parameters YAML (default: config/encoder.yaml)"
+    )
+    parser.add_argument(
+        "--stats-json", type=Path, default=None, help="write final counters and stage times here on exit"
+    )
     parser.add_argument("--log-level", default="INFO")
     cfgmod.add_arguments(parser)
     args = parser.parse_args(argv)

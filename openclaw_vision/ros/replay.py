@@ -159,11 +159,16 @@ def replay(opts: ReplayOptions, transport: Transport) -> dict[str, Any]:
         "features_received": len(features),
         "duplicates": len(features) - len({s for _, s, _ in features}),
         "node": node,
-        "accounted": bool(node and node["received"] == n_sent
-                          and node["encoded"] + node["dropped"] + node["rejected"] + node["failed"] == node["received"]
-                          and len(features) == node["encoded"]),
+        "accounted": bool(
+            node
+            and node["received"] == n_sent
+            and node["encoded"] + node["dropped"] + node["rejected"] + node["failed"] == node["received"]
+            and len(features) == node["encoded"]
+        ),
         "latency_ms": {k: round(v, 3) if isinstance(v, float) else v for k, v in percentiles(latencies).items()},
-        "stages_ms": {s: {q: float(diag.get(f"{s}_ms_{q}", 0.0)) for q in ("p50", "p95", "p99", "mean")} for s in STAGES},
+        "stages_ms": {
+            s: {q: float(diag.get(f"{s}_ms_{q}", 0.0)) for q in ("p50", "p95", "p99", "mean")} for s in STAGES
+        },
         "backend": diag.get("backend"),
         "precision": diag.get("precision"),
         "model": diag.get("model"),

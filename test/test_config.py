@@ -1,0 +1,46 @@
+"""One configuration object: YAML parameters file, CLI flags, validation with clear messages."""
+
+from __future__ import annotations
+
+import pytest
+
+from openclaw_vision.config import ConfigError, EncoderConfig, from_sources
+from openclaw_vision.ros.encoder_node import build_config
+
+
+def test_file_then_flags_override_defaults(tmp_path):
+    f = tmp_path / "p.yaml"
+    f.write_text("encoder_node:\n  ros__parameters:\n    model: tiny\n    threads: 2\n    depth: 3\n")
+    cfg = from_sources(f, "encoder_node", {"depth": 7, "image_topic": None})
+    assert (cfg.model, cfg.threads, cfg.depth, cfg.image_topic) == ("tiny", 2, 7, "/camera/image_raw")
+
+
+def test_cli_flags_mirror_the_config_keys():
+    cfg, _ = build_config(
+        ["--image-topic", "/cam/front", "--model", "tiny", "--reliability", "reliable", "--depth", "4"]
+    )
+    assert cfg == EncoderConfig(image_topic="/cam/front", model="tiny", reliability="reliable", depth=4)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"backend": "cuda"}, "parameter backend='cuda': choose one of auto, onnxruntime, tensorrt"),
+        ({"reliability": "sometimes"}, "parameter reliability='sometimes'"),
+        ({"depth": 0}, "parameter depth=0: must be >= 1"),
+        ({"model": "ViT-Z"}, "parameter model='ViT-Z': unknown"),
+        ({"image_topic": ""}, "parameter image_topic=''"),
+        ({"colour": "red"}, "unknown parameter.*colour"),
+        ({"threads": "many"}, "parameter threads='many': expected int"),
+    ],
+)
+def test_bad_values_are_rejected_naming_the_key(values, message):
+    with pytest.raises(ConfigError, match=message):
+        EncoderConfig.from_dict(values).validate()
+
+
+def test_a_params_file_without_the_node_section_is_an_error(tmp_path):
+    f = tmp_path / "p.yaml"
+    f.write_text("other_node:\n  ros__parameters: {}\n")
+    with pytest.raises(ConfigError, match="no 'encoder_node: ros__parameters:' section"):
+        from_sources(f, "encoder_node", {})
