@@ -113,6 +113,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args)
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .bench.report import markdown
+    from .bench.run import run_bench
+
+    result = run_bench(args)
+    print(markdown(result))
+    print(f"wrote {args.out / 'bench.json'}, {args.out / 'bench.md'} and plots ({result['seconds']} s)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="openclaw-vision", description=__doc__)
     parser.add_argument("--log-level", default="INFO")
@@ -157,6 +167,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", type=Path, default=None, help="write the summary here too")
     add_replay_arguments(p)
     p.set_defaults(fn=cmd_replay)
+
+    from .bench.run import add_arguments as add_bench_arguments
+
+    p = sub.add_parser("bench", help="latency P50/P95/P99 per stage, side by side with the usual baselines")
+    add_bench_arguments(p)
+    p.set_defaults(fn=cmd_bench)
 
     p = sub.add_parser("demo", help="build the default model and a sample bag, replay it through the node")
     p.add_argument("--out", type=Path, default=Path("out/demo"))

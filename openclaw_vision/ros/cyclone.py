@@ -1,9 +1,15 @@
 """ROS 2 over Cyclone DDS without ROS installed: `rt/` topics, rmw type names, XCDR1.
 
 A Humble node on rmw_cyclonedds (or Fast DDS, for topics) sees our publishers and
-subscribers as ordinary ROS endpoints. Samples are taken in the listener, on Cyclone's
-receive thread, the moment they arrive, so the DDS reader's history never overwrites a
-sample we did not see: every message that reaches this process reaches the callback.
+subscribers as ordinary ROS endpoints.
+
+Python never runs on Cyclone's own threads: each subscription has a thread of ours that
+waits on a WaitSet (which releases the GIL) and takes samples as they arrive. With listeners
+instead, a receive thread can wait for the GIL while the GIL holder waits, inside a blocking
+reliable write, for an acknowledgement that only that receive thread would process: a
+deadlock we saw as 10 s write timeouts. Readers keep every sample until we take it (KEEP_ALL
+within a resource limit), so no sample is overwritten unseen; what DDS could not keep is
+reported by `lost()`.
 """
 
 from __future__ import annotations
@@ -43,17 +49,25 @@ def dds_topic_name(topic: str) -> str:
     return "rt" + topic
 
 
-def _qos(q: QoS):
+#: Samples a reader may hold before we take them (the taking thread normally keeps it near 0).
+READER_BUFFER = 32
+
+
+def _qos(q: QoS, reader: bool = False):
     from cyclonedds.core import Policy, Qos
     from cyclonedds.util import duration
 
-    rel = (
-        Policy.Reliability.Reliable(duration(seconds=10))
-        if q.reliability == "reliable"
-        else Policy.Reliability.BestEffort
-    )
-    hist = Policy.History.KeepAll if q.history == "keep_all" else Policy.History.KeepLast(q.depth)
-    return Qos(rel, hist, Policy.Durability.Volatile, Policy.DataRepresentation(use_cdrv0_representation=True))
+    if q.reliability == "reliable":
+        rel = Policy.Reliability.Reliable(duration(seconds=10))
+    else:
+        rel = Policy.Reliability.BestEffort
+    policies = [rel, Policy.Durability.Volatile, Policy.DataRepresentation(use_cdrv0_representation=True)]
+    if reader:  # history depth does not take part in QoS matching; keep everything until taken
+        limit = max(q.depth, READER_BUFFER)
+        policies += [Policy.History.KeepAll, Policy.ResourceLimits(limit, -1, limit)]
+    else:
+        policies.append(Policy.History.KeepAll if q.history == "keep_all" else Policy.History.KeepLast(q.depth))
+    return Qos(*policies)
 
 
 class _Publisher:
@@ -68,15 +82,52 @@ class _Publisher:
 
 
 class _Subscription:
-    def __init__(self, reader) -> None:
-        self._reader = reader
+    """A reader and the thread that takes its samples and hands them to the callback."""
+
+    def __init__(self, participant, topic_obj, qos: QoS, topic: str, callback: Callback) -> None:
+        from cyclonedds.core import InstanceState, ReadCondition, SampleState, ViewState, WaitSet
+        from cyclonedds.sub import DataReader
+
+        self._reader = DataReader(participant, topic_obj, qos=_qos(qos, reader=True))
+        self._waitset = WaitSet(participant)
+        self._cond = ReadCondition(self._reader, ViewState.Any | InstanceState.Any | SampleState.Any)
+        self._waitset.attach(self._cond)
+        self._topic, self._callback = topic, callback
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"dds-take{topic}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        from cyclonedds.sub import InvalidSample
+        from cyclonedds.util import duration
+
+        while not self._stop.is_set():
+            self._waitset.wait(duration(milliseconds=100))
+            while not self._stop.is_set():
+                t0 = time.perf_counter()
+                samples = self._reader.take(N=1)
+                if not samples:
+                    break
+                dt = time.perf_counter() - t0
+                if isinstance(samples[0], InvalidSample):  # a writer left: no data in it
+                    continue
+                try:
+                    self._callback(samples[0], dt)
+                except Exception:  # a failing callback must not end the subscription
+                    log.exception("callback for %s failed", self._topic)
 
     def matched(self) -> int:
         return len(self._reader.get_matched_publications())
 
     def lost(self) -> int:
-        """Samples DDS knows were lost before reaching us (e.g. a best-effort fragment gap)."""
-        return int(self._reader.get_sample_lost_status().total_count)
+        """Samples DDS lost or could not keep before we took them."""
+        return int(self._reader.get_sample_lost_status().total_count) + int(
+            self._reader.get_sample_rejected_status().total_count
+        )
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
 
 
 class CycloneTransport:
@@ -90,7 +141,7 @@ class CycloneTransport:
         domain = int(os.environ.get("ROS_DOMAIN_ID", "0")) if domain_id is None else domain_id
         self.participant = DomainParticipant(domain)
         self._topics: dict[str, Any] = {}
-        self._keep: list[Any] = []
+        self._subs: list[_Subscription] = []
 
     def msg(self, ros_type: str) -> type:
         return idl_type(ros_type)
@@ -112,27 +163,9 @@ class CycloneTransport:
         return _Publisher(DataWriter(self.participant, self._topic(topic, ros_type), qos=_qos(qos)))
 
     def subscribe(self, topic: str, ros_type: str, qos: QoS, callback: Callback) -> _Subscription:
-        from cyclonedds.core import Listener
-        from cyclonedds.sub import DataReader, InvalidSample
-
-        def on_data(reader) -> None:
-            while True:
-                t0 = time.perf_counter()
-                samples = reader.take(N=1)
-                if not samples:
-                    return
-                dt = time.perf_counter() - t0
-                if isinstance(samples[0], InvalidSample):  # a writer left: no data in it
-                    continue
-                try:
-                    callback(samples[0], dt)
-                except Exception:  # a failing callback must not kill Cyclone's receive thread
-                    log.exception("callback for %s failed", topic)
-
-        listener = Listener(on_data_available=on_data)
-        reader = DataReader(self.participant, self._topic(topic, ros_type), qos=_qos(qos), listener=listener)
-        self._keep.append((reader, listener, on_data))
-        return _Subscription(reader)
+        sub = _Subscription(self.participant, self._topic(topic, ros_type), qos, topic, callback)
+        self._subs.append(sub)
+        return sub
 
     def deserialize(self, raw: bytes, ros_type: str) -> Any:
         return idl_type(ros_type).deserialize(raw)
@@ -141,8 +174,8 @@ class CycloneTransport:
         return msg.serialize()
 
     def close(self) -> None:
-        for reader, *_ in self._keep:
-            reader.set_listener(None)
-        self._keep.clear()
+        for sub in self._subs:
+            sub.close()
+        self._subs.clear()
         self._topics.clear()
         self.participant = None

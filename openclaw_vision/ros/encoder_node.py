@@ -4,6 +4,7 @@ Threads and data flow, one direction:
 
     transport thread: take sample → validate into a Frame → LatestSlot (displaced frame: dropped)
     worker thread:    LatestSlot → preprocess → encode → publish VisualFeatures (header copied)
+                      (the time a frame waits in the slot is the `queue` stage)
     diagnostics:      every `diagnostics_period` s, counters and stage percentiles on /diagnostics
 
 Every frame that arrives is counted exactly once as encoded, dropped (a newer one arrived
@@ -39,7 +40,7 @@ log = logging.getLogger("encoder_node")
 
 NODE_NAME = "encoder_node"
 STATUS_NAME = f"{NODE_NAME}: pipeline"
-STAGES = ("deserialize", "preprocess", "encode", "publish")
+STAGES = ("deserialize", "queue", "preprocess", "encode", "publish")
 COUNTS = ("received", "encoded", "dropped", "rejected", "failed")
 
 
@@ -89,7 +90,7 @@ class EncoderNode:
             self._warn_reject(log.warning, "rejected image on %s: %s", self.cfg.image_topic, err)
             return
         self.times.add("deserialize", deserialize_s + time.perf_counter() - t0)
-        if self._slot.put((frame, msg.header)):
+        if self._slot.put((frame, msg.header, time.perf_counter())):
             self.counters.inc("dropped")
 
     # worker thread ----------------------------------------------------------------------
@@ -99,9 +100,10 @@ class EncoderNode:
             if item is not None:
                 self._encode_one(*item)
 
-    def _encode_one(self, frame, header) -> None:
+    def _encode_one(self, frame, header, queued_at: float) -> None:
         try:
             t0 = time.perf_counter()
+            self.times.add("queue", t0 - queued_at)  # waiting for the worker to finish the previous frame
             pixels = self.preprocess(frame)[None]
             t1 = time.perf_counter()
             emb = self.encoder.encode(pixels)

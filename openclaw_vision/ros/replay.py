@@ -166,6 +166,7 @@ def replay(opts: ReplayOptions, transport: Transport) -> dict[str, Any]:
             and len(features) == node["encoded"]
         ),
         "latency_ms": {k: round(v, 3) if isinstance(v, float) else v for k, v in percentiles(latencies).items()},
+        "latency_samples_ms": [round(v, 3) for v in latencies],
         "stages_ms": {
             s: {q: float(diag.get(f"{s}_ms_{q}", 0.0)) for q in ("p50", "p95", "p99", "mean")} for s in STAGES
         },

@@ -1,0 +1,1 @@
+"""`openclaw-vision bench`: latency you can trust, measured side by side in one run."""

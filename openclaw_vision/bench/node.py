@@ -1,0 +1,141 @@
+"""`node` mode: the real encoder node over loopback DDS, fed from a bag, end to end.
+
+At the camera rate (30 fps) and at the highest rate it sustains with < 5 % dropped frames,
+found by bisection over short trials (as ros2_benchmark searches for a peak rate). Latency is
+image stamp → VisualFeatures receipt; the node's own stage breakdown comes from /diagnostics;
+CPU use and resident memory are sampled from the node's process.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from .. import bags
+from ..ros.cyclone import CycloneTransport
+from ..ros.process import NodeProcess
+from ..ros.replay import ReplayOptions, replay
+
+MAX_DROP = 0.05
+
+
+class ProcessMonitor:
+    """Samples a process's CPU use (% of one core) and peak resident memory every 0.2 s."""
+
+    def __init__(self, pid: int) -> None:
+        import psutil
+
+        self._proc = psutil.Process(pid)
+        self._stop = threading.Event()
+        self.cpu: list[float] = []
+        self.rss_peak = 0
+        self._proc.cpu_percent(None)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            try:
+                self.cpu.append(self._proc.cpu_percent(None))
+                self.rss_peak = max(self.rss_peak, self._proc.memory_info().rss)
+            except Exception:  # the process ended
+                return
+
+    def __enter__(self) -> ProcessMonitor:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def summary(self) -> dict:
+        cpu = sorted(self.cpu)
+        return {
+            "cpu_percent_mean": round(sum(cpu) / len(cpu), 1) if cpu else None,
+            "rss_peak_mb": round(self.rss_peak / 2**20, 1),
+        }
+
+
+def _trial(transport, bag: Path, fps: float, limit: int, latencies: list | None = None) -> dict:
+    s = replay(ReplayOptions(bag=bag, rate=fps / 30.0, limit=limit, settle_timeout=20.0), transport)
+    n = s["node"] or {}
+    received = max(n.get("received", 0), 1)
+    s["drop_fraction"] = round(n.get("dropped", 0) / received, 4)
+    s["fps"] = round(fps, 2)
+    return s
+
+
+def _variant(name: str, s: dict) -> dict:
+    lat = s["latency_ms"]
+    return {
+        "name": name,
+        "batch": 1,
+        "p50_ms": lat["p50"],
+        "p95_ms": lat["p95"],
+        "p99_ms": lat["p99"],
+        "mean_ms": lat["mean"],
+        "throughput": round(s["fps"] * (1 - s["drop_fraction"]), 2),
+        "n": lat["n"],
+        "input_fps": s["fps"],
+        "drop_fraction": s["drop_fraction"],
+        "stages_ms": s["stages_ms"],
+        "samples_ms": s["latency_samples_ms"],
+    }
+
+
+def run_node(model: str, model_path: Path, quick: bool, work: Path) -> dict:
+    frames = 45 if quick else 150
+    bag = work / f"bench_frames_{frames}"
+    if not bag.exists():
+        bags.write_sample_bag(bag, frames=frames, fps=30.0)
+    args = [
+        "--model",
+        model,
+        "--model-path",
+        str(model_path),
+        "--reliability",
+        "reliable",
+        "--depth",
+        "5",
+        "--diagnostics-period",
+        "0.25",
+        "--transport",
+        "cyclonedds",
+    ]
+    trials = []
+    with NodeProcess(args, log_path=work / "bench_node.log") as node, ProcessMonitor(node.proc.pid) as mon:
+        transport = CycloneTransport("openclaw_bench")
+        try:
+            at30 = _trial(transport, bag, 30.0, frames)
+            encode_p50 = at30["stages_ms"]["encode"]["p50"] + at30["stages_ms"]["preprocess"]["p50"]
+            guess = min(30.0, 1000.0 / max(encode_p50, 1e-3))
+            lo, hi = guess * 0.5, min(30.0, guess * 1.3)
+            best = None
+            for _ in range(3 if quick else 5):
+                mid = (lo + hi) / 2
+                t = _trial(transport, bag, mid, 20 if quick else 45)
+                trials.append({"fps": t["fps"], "drop_fraction": t["drop_fraction"]})
+                if t["drop_fraction"] < MAX_DROP:
+                    best, lo = t, mid
+                else:
+                    hi = mid
+            if best is None:  # even half the guess dropped frames: measure the low end
+                best = _trial(transport, bag, lo, 20 if quick else 45)
+                trials.append({"fps": best["fps"], "drop_fraction": best["drop_fraction"]})
+        finally:
+            transport.close()
+        proc = mon.summary()
+    v30, vmax = _variant("node/e2e-30fps", at30), _variant("node/e2e-max", best)
+    st = at30["stages_ms"]
+    compute_p99 = st["preprocess"]["p99"] + st["encode"]["p99"]
+    return {
+        "variants": [v30, vmax],
+        "node": {
+            "search_trials": trials,
+            "max_sustained_fps": best["fps"],
+            "e2e_p99_over_compute_p99": round(v30["p99_ms"] / compute_p99, 3) if compute_p99 else None,
+            "stages_ms_at_30fps": st,
+            "accounted_at_30fps": at30["accounted"],
+            **proc,
+        },
+    }

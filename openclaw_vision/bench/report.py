@@ -1,0 +1,165 @@
+"""Bench output: JSON (stable keys), a markdown table with the goals, and PNG plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+GOALS = {
+    "preprocess_speedup": 10.0,  # ours vs PIL reference, at embedding cosine >= 0.999
+    "int8_vs_torch_eager": 4.0,
+    "node_overhead": 1.25,  # e2e P99 at 30 fps <= 1.25 x (preprocess + encode P99)
+}
+
+
+def _find(variants: list[dict], name: str, batch: int = 1) -> dict | None:
+    return next((v for v in variants if v["name"] == name and v.get("batch", 1) == batch), None)
+
+
+def goals(result: dict) -> list[dict]:
+    """Each goal: target, measured, met, and what to say when it is missed."""
+    vs = result.get("variants", [])
+    out = []
+    ours = _find(vs, "preprocess/ours-cpu")
+    if ours and "speedup_vs_baseline" in ours:
+        cos = result.get("stages", {}).get("preprocess_embedding_cosine_min")
+        out.append(
+            {
+                "goal": "preprocess >= 10x PIL reference (cosine >= 0.999)",
+                "measured": f"{ours['speedup_vs_baseline']}x, cosine {cos}",
+                "met": ours["speedup_vs_baseline"] >= GOALS["preprocess_speedup"] and (cos or 0) >= 0.999,
+            }
+        )
+    int8 = _find(vs, "encode/ort-int8")
+    eager = _find(vs, "encode/torch-eager-fp32")
+    if eager:
+        if int8:
+            ratio = round(eager["p50_ms"] / int8["p50_ms"], 2)
+            out.append(
+                {
+                    "goal": "INT8 encode >= 4x PyTorch eager FP32",
+                    "measured": f"{ratio}x",
+                    "met": ratio >= GOALS["int8_vs_torch_eager"],
+                }
+            )
+        else:
+            fp32 = _find(vs, "encode/ort-fp32")
+            out.append(
+                {
+                    "goal": "INT8 encode >= 4x PyTorch eager FP32",
+                    "measured": f"no INT8 model yet; ORT FP32 is {fp32['speedup_vs_baseline']}x" if fp32 else "n/a",
+                    "met": False,
+                }
+            )
+    node = result.get("node")
+    if node and node.get("e2e_p99_over_compute_p99") is not None:
+        r = node["e2e_p99_over_compute_p99"]
+        st = node["stages_ms_at_30fps"]
+        where = ", ".join(f"{k} P99 {v['p99']:.1f} ms" for k, v in st.items())
+        out.append(
+            {
+                "goal": "node e2e P99 at 30 fps <= 1.25 x (preprocess + encode P99)",
+                "measured": f"{r}x",
+                "met": r <= GOALS["node_overhead"],
+                "where_time_goes": where,
+            }
+        )
+    return out
+
+
+def markdown(result: dict) -> str:
+    lines = [
+        f"# openclaw-vision bench ({result['mode']}{', quick' if result.get('quick') else ''})",
+        "",
+        f"Host: {result['host']['cpu']}, {result['host']['cores']} cores. Model {result.get('model')}, "
+        f"backend {result.get('backend')}, precision {result.get('precision')}.",
+        "",
+        "| variant | batch | P50 ms | P95 ms | P99 ms | throughput (img/s) | n | vs baseline |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for v in result.get("variants", []):
+        ratio = f"{v['speedup_vs_baseline']}x vs {v['baseline']}" if "speedup_vs_baseline" in v else ""
+        lines.append(
+            f"| {v['name']} | {v.get('batch', 1)} | {v['p50_ms']:.2f} | {v['p95_ms']:.2f} | {v['p99_ms']:.2f} "
+            f"| {v['throughput']:.1f} | {v['n']} | {ratio} |"
+        )
+    if result.get("node"):
+        n = result["node"]
+        lines += [
+            "",
+            f"Node: max sustained {n['max_sustained_fps']} fps with < 5 % dropped; CPU "
+            f"{n['cpu_percent_mean']} % of one core (mean), peak RSS {n['rss_peak_mb']} MB.",
+            "Stages at 30 fps (P50 / P99 ms): "
+            + ", ".join(f"{k} {v['p50']:.1f} / {v['p99']:.1f}" for k, v in n["stages_ms_at_30fps"].items()),
+        ]
+    if result.get("roofline"):
+        r = result["roofline"]
+        lines += [
+            "",
+            f"Roofline: {r['model_gflops_per_image']} GFLOP/image; "
+            f"FP32 GEMM peak {r['gemm_peak_gflops_fp32']} GFLOP/s; "
+            f"encoder {r['encoder_achieved_gflops']} GFLOP/s = {r['fraction_of_peak']:.0%} of peak.",
+        ]
+    if result.get("goals"):
+        lines += ["", "| goal | measured | met |", "|---|---|---|"]
+        for g in result["goals"]:
+            extra = f" ({g['where_time_goes']})" if not g["met"] and "where_time_goes" in g else ""
+            lines.append(f"| {g['goal']} | {g['measured']}{extra} | {'yes' if g['met'] else 'NO'} |")
+    return "\n".join(lines) + "\n"
+
+
+def plots(result: dict, out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    made = []
+    vs = [v for v in result.get("variants", []) if v.get("samples_ms")]
+    if vs:
+        fig, ax = plt.subplots(figsize=(8, 5))
+        for v in vs:
+            x = np.sort(v["samples_ms"])
+            ax.plot(x, np.arange(1, len(x) + 1) / len(x), label=f"{v['name']} (b{v.get('batch', 1)})")
+        ax.set_xscale("log")
+        ax.set_xlabel("latency (ms, log)")
+        ax.set_ylabel("fraction of calls")
+        ax.set_title("Latency CDF per variant")
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+        path = out / "latency_cdf.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        made.append(path)
+    node = result.get("node")
+    if node:
+        stages = node["stages_ms_at_30fps"]
+        fig, ax = plt.subplots(figsize=(6, 4))
+        bottom = {"P50": 0.0, "P99": 0.0}
+        for name, st in stages.items():
+            vals = [st["p50"], st["p99"]]
+            ax.bar(["P50", "P99"], vals, bottom=[bottom["P50"], bottom["P99"]], label=name)
+            bottom["P50"] += vals[0]
+            bottom["P99"] += vals[1]
+        ax.set_ylabel("ms")
+        ax.set_title("Encoder node stages at 30 fps")
+        ax.legend(fontsize=8)
+        path = out / "node_stages.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        made.append(path)
+    return made
+
+
+def write(result: dict, out: Path, json_path: Path | None) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(result, indent=2)
+    (out / "bench.json").write_text(text)
+    if json_path:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(text)
+    (out / "bench.md").write_text(markdown(result))
+    plots(result, out)

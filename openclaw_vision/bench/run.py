@@ -1,0 +1,77 @@
+"""Run the chosen bench modes in one process and write the report."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from ..resources import default_model_path
+from . import report
+from .harness import host_info, versions
+
+MODES = ("stages", "node", "roofline", "all")
+
+
+def run_bench(args: argparse.Namespace) -> dict:
+    t0 = time.perf_counter()
+    model_path = args.model_path or default_model_path(args.model, "fp32")
+    if not Path(model_path).exists():
+        from ..models.export import export_model
+
+        export_model(args.model, Path(model_path))
+    modes = ("stages", "node", "roofline") if args.mode == "all" else (args.mode,)
+    result: dict = {
+        "mode": args.mode,
+        "quick": args.quick,
+        "host": host_info(),
+        "versions": versions(),
+        "model": args.model,
+        "precision": "fp32",
+        "backend": "onnxruntime",
+        "variants": [],
+    }
+    images_per_s = None
+    if "stages" in modes:
+        from .stages import run_stages
+
+        st = run_stages(args.model, Path(model_path), args.quick)
+        result["variants"] += st.pop("variants")
+        result["stages"] = st
+        result["model"] = st["model"]
+        b8 = report._find(result["variants"], "encode/ort-fp32", 8)
+        images_per_s = b8["throughput"] if b8 else None
+    if "node" in modes:
+        from .node import run_node
+
+        nd = run_node(args.model, Path(model_path), args.quick, args.out)
+        result["variants"] += nd["variants"]
+        result["node"] = nd["node"]
+    if "roofline" in modes:
+        from .roofline import run_roofline
+
+        if images_per_s is None:
+            import numpy as np
+
+            from ..encoders.onnxruntime import OnnxRuntimeEncoder
+
+            enc = OnnxRuntimeEncoder(model_path)
+            x = np.zeros((8, 3, enc.image_size, enc.image_size), np.float32)
+            enc.encode(x)
+            t = time.perf_counter()
+            enc.encode(x)
+            images_per_s = 8 / (time.perf_counter() - t)
+        result["roofline"] = run_roofline(args.model.split("@")[0], images_per_s, args.quick)
+    result["goals"] = report.goals(result)
+    result["seconds"] = round(time.perf_counter() - t0, 1)
+    report.write(result, args.out, args.json)
+    return result
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--mode", choices=MODES, default="all")
+    p.add_argument("--quick", action="store_true", help="fewer rounds and frames: under 90 s")
+    p.add_argument("--model", default="ViT-B-32")
+    p.add_argument("--model-path", type=Path, default=None)
+    p.add_argument("--out", type=Path, default=Path("out/bench"), help="folder for bench.json, bench.md and plots")
+    p.add_argument("--json", type=Path, default=None, help="also write the JSON here")
