@@ -108,6 +108,13 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _save(plt, fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plots(result: dict, out: Path) -> list[Path]:
     import matplotlib
 
@@ -128,11 +135,7 @@ def plots(result: dict, out: Path) -> list[Path]:
         ax.set_title("Latency CDF per variant")
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
-        path = out / "latency_cdf.png"
-        fig.tight_layout()
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        made.append(path)
+        made.append(_save(plt, fig, out / "latency_cdf.png"))
     node = result.get("node")
     if node:
         stages = node["stages_ms_at_30fps"]
@@ -146,11 +149,7 @@ def plots(result: dict, out: Path) -> list[Path]:
         ax.set_ylabel("ms")
         ax.set_title("Encoder node stages at 30 fps")
         ax.legend(fontsize=8)
-        path = out / "node_stages.png"
-        fig.tight_layout()
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        made.append(path)
+        made.append(_save(plt, fig, out / "node_stages.png"))
     return made
 
 
