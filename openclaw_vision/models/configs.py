@@ -72,10 +72,3 @@ def get_config(name: str) -> VisionConfig:
         if key.lower() == name.lower():
             return cfg
     raise KeyError(f"unknown model {name!r}; known: {', '.join(MODEL_CONFIGS)}")
-
-
-def canonical_name(name: str) -> str:
-    for key in MODEL_CONFIGS:
-        if key.lower() == name.lower():
-            return key
-    raise KeyError(f"unknown model {name!r}; known: {', '.join(MODEL_CONFIGS)}")
