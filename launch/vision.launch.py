@@ -16,7 +16,7 @@ OVERRIDES = {
     "features_topic": "/visual_features",
     "model": "ViT-B-32",
     "backend": "auto",
-    "precision": "fp32",
+    "precision": "int8",
 }
 
 

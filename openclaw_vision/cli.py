@@ -30,6 +30,56 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_quantize(args: argparse.Namespace) -> int:
+    from .build import ensure_fp32
+    from .models.configs import canonical_name
+    from .quant.data import CalibrationDataError
+    from .quant.evaluate import GateSpec
+    from .quant.pipeline import QuantOptions, quantize
+    from .quant.report import write
+
+    try:
+        model = canonical_name(args.model) if not args.model_path else args.model
+        fp32 = ensure_fp32(model, args.model_path, args.checkpoint)
+        opts = QuantOptions(
+            fp32_model=fp32,
+            calib=args.calib,
+            out=args.out or default_model_path(model, "int8"),
+            report=args.report,
+            topic=args.topic,
+            limit=args.limit,
+            method=args.method,
+            percentile=args.percentile,
+            scheme=args.scheme,
+            gate=GateSpec(args.min_mean_cosine, args.min_cosine, args.min_nn_agreement),
+            max_float=args.max_float_layers,
+            holdout_every=args.holdout_every,
+            threads=args.threads,
+            sensitivity=not args.no_sensitivity,
+            measure_memory=not args.no_memory,
+        )
+        result = quantize(opts)
+    except (CalibrationDataError, KeyError, ValueError, FileNotFoundError) as err:
+        print(f"quantize: {err}", file=sys.stderr)
+        return 2
+    written = write(result, args.report)
+    numbers = (
+        f"mean cosine {result['mean_cosine']:.6f} (>= {opts.gate.mean_cosine}), min cosine {result['min_cosine']:.6f}"
+        f" (>= {opts.gate.min_cosine}), NN agreement {result['nn_agreement']:.2%} (>= {opts.gate.nn_agreement:.0%}),"
+        f" {len(result['kept_float'])}/{result['layers']} layers kept float"
+    )
+    report = ", ".join(str(p) for p in written)
+    if not result["passed"]:
+        print(f"quantize: gate FAILED, no model written: {numbers}\nreport: {report}", file=sys.stderr)
+        return 1
+    size = result["size_mb"]
+    print(
+        f"wrote {result['int8_model']} (gate passed: {numbers}; {size['fp32']} -> {size['int8']} MB; "
+        f"batch-1 {result['latency_b1_ms']['fp32']} -> {result['latency_b1_ms']['int8']} ms)\nreport: {report}"
+    )
+    return 0
+
+
 def cmd_bag_sample(args: argparse.Namespace) -> int:
     from .bags import write_sample_bag
 
@@ -141,6 +191,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=None, help="default: ~/.cache/openclaw_vision/models/<model>.fp32.onnx")
     p.add_argument("--force", action="store_true")
     p.set_defaults(fn=cmd_export)
+
+    p = sub.add_parser("quantize", help="INT8 Q/DQ model from calibration frames, gated on held-out frames")
+    p.add_argument("--model", default="ViT-B-32", help="model name; its FP32 export is built if missing")
+    p.add_argument("--model-path", type=Path, default=None, help="an FP32 ONNX export to quantise instead")
+    p.add_argument("--checkpoint", type=Path, default=None, help="weights for the FP32 export when it is built")
+    p.add_argument("--calib", type=Path, required=True, help="rosbag2 directory (any image topic) or image folder")
+    p.add_argument("--topic", default=None, help="image topic in the bag (default: its first)")
+    p.add_argument("--limit", type=int, default=0, help="use at most this many frames")
+    p.add_argument("--out", type=Path, default=None, help="default: ~/.cache/openclaw_vision/models/<model>.int8.onnx")
+    p.add_argument("--report", type=Path, default=Path("out/quant"), help="folder for report.md/json and plots")
+    p.add_argument("--method", choices=("minmax", "percentile", "entropy"), default="percentile")
+    p.add_argument("--percentile", type=float, default=99.99)
+    p.add_argument(
+        "--scheme",
+        choices=("s8s8", "u8s8"),
+        default="s8s8",
+        help="s8s8: signed symmetric, TensorRT and ONNX Runtime; u8s8: unsigned activations, ONNX Runtime only",
+    )
+    p.add_argument("--min-mean-cosine", type=float, default=0.999)
+    p.add_argument("--min-cosine", type=float, default=0.995)
+    p.add_argument("--min-nn-agreement", type=float, default=0.99)
+    p.add_argument("--max-float-layers", type=int, default=-1, help="most layers kept float (-1: a quarter)")
+    p.add_argument("--holdout-every", type=int, default=4, help="every k-th frame is held out for the gate")
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--no-sensitivity", action="store_true", help="skip the per-layer sweep (graph order is used)")
+    p.add_argument("--no-memory", action="store_true", help="skip the per-process memory measurement")
+    p.set_defaults(fn=cmd_quantize)
 
     bag = sub.add_parser("bag", help="rosbag2 tools").add_subparsers(dest="bagcmd", required=True)
     p = bag.add_parser("sample", help="write a bag of camera-like frames made from real photographs")

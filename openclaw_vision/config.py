@@ -30,7 +30,7 @@ class EncoderConfig:
     model: str = "ViT-B-32"
     model_path: str = ""  # empty: the built model for `model` and `precision` in the data home
     backend: str = "auto"
-    precision: str = "fp32"
+    precision: str = "int8"  # the gated INT8 model (`openclaw-vision quantize`); fp32 on request
     threads: int = 0  # 0: one per core
     reliability: str = "best_effort"  # image subscription; sensor-data QoS by default
     depth: int = 1

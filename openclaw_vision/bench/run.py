@@ -6,7 +6,7 @@ import argparse
 import time
 from pathlib import Path
 
-from ..resources import default_model_path
+from ..build import ensure_fp32, ensure_int8
 from . import report
 from .harness import host_info, versions
 
@@ -15,11 +15,8 @@ MODES = ("stages", "node", "roofline", "all")
 
 def run_bench(args: argparse.Namespace) -> dict:
     t0 = time.perf_counter()
-    model_path = args.model_path or default_model_path(args.model, "fp32")
-    if not Path(model_path).exists():
-        from ..models.export import export_model
-
-        export_model(args.model, Path(model_path))
+    model_path = ensure_fp32(args.model, args.model_path)
+    int8_path = args.int8_model_path or ensure_int8(args.model, fp32_path=args.model_path)
     modes = ("stages", "node", "roofline") if args.mode == "all" else (args.mode,)
     result: dict = {
         "mode": args.mode,
@@ -27,7 +24,7 @@ def run_bench(args: argparse.Namespace) -> dict:
         "host": host_info(),
         "versions": versions(),
         "model": args.model,
-        "precision": "fp32",
+        "precision": "fp32 and int8 (stages); int8 (node, its default)",
         "backend": "onnxruntime",
         "variants": [],
     }
@@ -35,7 +32,7 @@ def run_bench(args: argparse.Namespace) -> dict:
     if "stages" in modes:
         from .stages import run_stages
 
-        st = run_stages(args.model, Path(model_path), args.quick)
+        st = run_stages(args.model, Path(model_path), Path(int8_path), args.quick)
         result["variants"] += st.pop("variants")
         result["stages"] = st
         result["model"] = st["model"]
@@ -44,7 +41,7 @@ def run_bench(args: argparse.Namespace) -> dict:
     if "node" in modes:
         from .node import run_node
 
-        nd = run_node(args.model, Path(model_path), args.quick, args.out)
+        nd = run_node(args.model, Path(int8_path), args.quick, args.out)
         result["variants"] += nd["variants"]
         result["node"] = nd["node"]
     if "roofline" in modes:
@@ -72,6 +69,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", choices=MODES, default="all")
     p.add_argument("--quick", action="store_true", help="fewer rounds and frames: under 90 s")
     p.add_argument("--model", default="ViT-B-32")
-    p.add_argument("--model-path", type=Path, default=None)
+    p.add_argument("--model-path", type=Path, default=None, help="FP32 ONNX export (default: built for --model)")
+    p.add_argument(
+        "--int8-model-path", type=Path, default=None, help="INT8 model (default: quantised from sample frames)"
+    )
     p.add_argument("--out", type=Path, default=Path("out/bench"), help="folder for bench.json, bench.md and plots")
     p.add_argument("--json", type=Path, default=None, help="also write the JSON here")

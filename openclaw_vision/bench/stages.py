@@ -2,7 +2,9 @@
 
 Baselines: the standard CLIP preprocessing (PIL bicubic, as open_clip/torchvision do it) and
 the same tower in PyTorch eager FP32 (what open_clip runs). Ours: the OpenCV preprocessing and
-the ONNX Runtime encoder. Batch 1 and batch 8; all variants interleaved in one run.
+the ONNX Runtime encoder, FP32 and the gated INT8 model. Batch 1 and batch 8; all variants
+interleaved in one run, every ORT session with spinning off (spinning pools in one process
+steal each other's cores: INT8 went from ~21 to 30+ ms here with three spinning sessions).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from .harness import Variant, run_interleaved, summarise
 
 
 def stage_variants(
-    model: str, model_path: Path, batches: tuple[int, ...], frames: list[Frame]
+    model: str, model_path: Path, int8_path: Path, batches: tuple[int, ...], frames: list[Frame]
 ) -> tuple[list[Variant], dict]:
     import torch
 
@@ -41,6 +43,7 @@ def stage_variants(
     ]
     torch_model, _ = build_model(model, seed=0)
     ort = OnnxRuntimeEncoder(model_path)
+    int8 = OnnxRuntimeEncoder(int8_path)
     pixels = pre.batch(frames)
     extra = {"model": ort.model_id, "ort_threads": ort.threads, "torch_threads": torch.get_num_threads()}
     for b in batches:
@@ -53,6 +56,7 @@ def stage_variants(
 
         variants.append(Variant("encode/torch-eager-fp32", eager, batch=b, group="encode", baseline=True))
         variants.append(Variant("encode/ort-fp32", lambda x=x: ort.encode(x), batch=b, group="encode"))
+        variants.append(Variant("encode/ort-int8", lambda x=x: int8.encode(x), batch=b, group="encode"))
     return variants, extra
 
 
@@ -71,16 +75,21 @@ def preprocess_fidelity(model: str, frames: list[Frame]) -> float:
     return float(cos.min())
 
 
-def run_stages(model: str, model_path: Path, quick: bool) -> dict:
+def run_stages(model: str, model_path: Path, int8_path: Path, quick: bool) -> dict:
     frames = [Frame.from_rgb(np.ascontiguousarray(f)) for f in pan_frames(8)]
-    variants, extra = stage_variants(model, model_path, (1, 8), frames)
+    variants, extra = stage_variants(model, model_path, int8_path, (1, 8), frames)
     # batch-8 calls take ~8× longer: time them fewer times per round so each variant gets similar wall time
     rounds, iters = (3, 4) if quick else (8, 10)
     run_interleaved([v for v in variants if v.batch == 1], rounds, iters)
     run_interleaved([v for v in variants if v.batch > 1], rounds, max(1, iters // 4))
     records = summarise(variants)
+    p50 = {(r["name"], r["batch"]): r["p50_ms"] for r in records}
     return {
         "variants": records,
+        "int8_vs_ort_fp32": {
+            f"batch{b}": round(p50[("encode/ort-fp32", b)] / p50[("encode/ort-int8", b)], 2) for b in (1, 8)
+        },
+        "int8_model": str(int8_path),
         "preprocess_embedding_cosine_min": round(preprocess_fidelity(model, frames), 6),
         "input": "1920x1080 rgb8 frames of a camera panning across photographs",
         **extra,

@@ -22,7 +22,10 @@ class OnnxRuntimeEncoder:
 
         path = Path(model_path)
         if not path.is_file():
-            raise EncoderError(f"model file not found: {path} (build it with `openclaw-vision export`)")
+            raise EncoderError(
+                f"model file not found: {path} "
+                "(build it with `openclaw-vision export` for FP32, `openclaw-vision quantize` for INT8)"
+            )
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = threads if threads > 0 else (os.cpu_count() or 1)
         opts.inter_op_num_threads = 1

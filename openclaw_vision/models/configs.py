@@ -66,9 +66,14 @@ MODEL_CONFIGS: dict[str, VisionConfig] = {
 }
 
 
+def canonical_name(name: str) -> str:
+    """The registered spelling of a model name given in any case (`vit-b-32` → `ViT-B-32`)."""
+    for key in MODEL_CONFIGS:
+        if key.lower() == name.lower():
+            return key
+    raise KeyError(f"unknown model {name!r}; known: {', '.join(MODEL_CONFIGS)}")
+
+
 def get_config(name: str) -> VisionConfig:
     """Look a configuration up by name (case-insensitive), with a clear error listing the known ones."""
-    for key, cfg in MODEL_CONFIGS.items():
-        if key.lower() == name.lower():
-            return cfg
-    raise KeyError(f"unknown model {name!r}; known: {', '.join(MODEL_CONFIGS)}")
+    return MODEL_CONFIGS[canonical_name(name)]

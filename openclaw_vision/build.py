@@ -1,0 +1,89 @@
+"""First-use builds of the default models in the data home: the FP32 export, then the gated INT8 model.
+
+The node only loads files; the demo, the bench and the CLI call these so a fresh machine gets
+the same models a user would build by hand with `openclaw-vision export` and `quantize`.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from .resources import default_model_path
+
+log = logging.getLogger(__name__)
+
+#: Frames of the built-in panning camera used to calibrate when no bag is given.
+SAMPLE_CALIBRATION_FRAMES = 64
+
+
+class BuildError(RuntimeError):
+    """A default model could not be built (e.g. the INT8 model failed its accuracy gate)."""
+
+
+def ensure_fp32(model: str, model_path: Path | None = None, checkpoint: Path | None = None) -> Path:
+    """`model_path` if given, else the data-home FP32 export of `model` (exported now if missing)."""
+    if model_path:
+        return Path(model_path)
+    path = default_model_path(model, "fp32")
+    if not path.exists():
+        from .models.export import export_model
+
+        log.info("building %s (FP32 export) -> %s", model, path)
+        res = export_model(model, path, checkpoint)
+        log.info("export checked: ONNX Runtime vs PyTorch min cosine %.6f", res.min_cosine)
+    return path
+
+
+def int8_path_for(fp32: Path) -> Path:
+    """Where the INT8 model made from a given FP32 file goes: beside it (`x.fp32.onnx` → `x.int8.onnx`)."""
+    stem = fp32.name.removesuffix(".onnx").removesuffix(".fp32")
+    return fp32.with_name(f"{stem}.int8.onnx")
+
+
+def ensure_int8(model: str, calib: Path | None = None, fp32_path: Path | None = None) -> Path:
+    """The INT8 model of `model` (or of `fp32_path`), quantised now if missing.
+
+    Calibrates on `calib` (a bag or image folder) or on the built-in sample frames. Raises
+    BuildError with the gate's numbers when the quantised model does not pass.
+    """
+    path = int8_path_for(Path(fp32_path)) if fp32_path else default_model_path(model, "int8")
+    if path.exists():
+        return path
+    from .quant.pipeline import QuantOptions, quantize
+    from .quant.report import write
+
+    fp32 = ensure_fp32(model, fp32_path)
+    frames = None
+    if calib is None:
+        from .frame import Frame
+        from .sample_frames import pan_frames
+
+        frames = [Frame.from_rgb(f) for f in pan_frames(SAMPLE_CALIBRATION_FRAMES)]
+    report = path.with_suffix(".report")
+    log.info("building %s INT8 -> %s (calibration: %s)", model, path, calib or "built-in sample frames")
+    result = quantize(
+        QuantOptions(
+            fp32_model=fp32,
+            calib=calib or Path("<sample frames>"),
+            out=path,
+            report=report,
+            sensitivity=False,
+            measure_memory=False,
+        ),
+        frames=frames,
+    )
+    write(result, report)
+    if not result["passed"]:
+        raise BuildError(
+            f"INT8 {model} failed its accuracy gate (mean cosine {result['mean_cosine']}, min {result['min_cosine']},"
+            f" NN agreement {result['nn_agreement']}); report in {report}"
+        )
+    log.info(
+        "INT8 gate passed: mean cosine %.6f, min %.6f, %d layers kept float; report in %s",
+        result["mean_cosine"],
+        result["min_cosine"],
+        len(result["kept_float"]),
+        report,
+    )
+    return path

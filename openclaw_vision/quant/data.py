@@ -1,0 +1,146 @@
+"""Calibration and evaluation data: frames from a rosbag or an image folder, preprocessed as the node does.
+
+Frames go through the node's own `CpuPreprocessor`, so the ranges the calibrator sees are the
+ranges the encoder will see. The held-out split takes every k-th frame: spread over the whole
+recording, never used for calibration. The gate also runs at lower camera resolutions (the
+frame is resized before preprocessing, as a 720p or 480p camera would deliver it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from ..frame import Frame
+from ..preprocess.cpu import CpuPreprocessor
+from ..preprocess.encodings import FrameError, to_rgb
+from ..preprocess.spec import PreprocessSpec
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
+#: The camera resolutions the accuracy gate checks (width, height).
+GATE_RESOLUTIONS = ((1920, 1080), (1280, 720), (854, 480))
+
+
+class CalibrationDataError(ValueError):
+    """The calibration source cannot be read or holds too few frames."""
+
+
+def _frames_from_bag(path: Path, topic: str | None, limit: int) -> list[Frame]:
+    from ..bags import IMAGE_TYPE, deserialize, image_topics, read_messages
+    from ..ros.convert import stamp_to_ns
+
+    topics = image_topics(path)
+    if not topics:
+        raise CalibrationDataError(f"{path}: no sensor_msgs/msg/Image topic in this bag")
+    topic = topic or topics[0]
+    if topic not in topics:
+        raise CalibrationDataError(f"{path}: no image topic {topic!r}; it has {', '.join(topics)}")
+    frames = []
+    for msg in read_messages(path, IMAGE_TYPE, topic):
+        img = deserialize(msg.raw, IMAGE_TYPE)
+        try:
+            frames.append(
+                Frame.from_buffer(
+                    img.data, img.height, img.width, img.step, img.encoding, stamp_ns=stamp_to_ns(img.header.stamp)
+                )
+            )
+        except FrameError as err:
+            raise CalibrationDataError(f"{path}: frame at {msg.timestamp_ns} ns: {err}") from err
+        if limit and len(frames) >= limit:
+            break
+    return frames
+
+
+def _frames_from_folder(path: Path, limit: int) -> list[Frame]:
+    files = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+    frames = []
+    for file in files[: limit or None]:
+        bgr = cv2.imread(str(file), cv2.IMREAD_COLOR)
+        if bgr is None:
+            raise CalibrationDataError(f"{file}: not a readable image")
+        frames.append(Frame.from_rgb(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)))
+    return frames
+
+
+def load_frames(source: Path, topic: str | None = None, limit: int = 0) -> list[Frame]:
+    """Frames from a rosbag2 directory (any image topic; the first by default) or a folder of images."""
+    source = Path(source)
+    if not source.exists():
+        raise CalibrationDataError(f"{source}: no such bag or folder")
+    if (source / "metadata.yaml").is_file():
+        frames = _frames_from_bag(source, topic, limit)
+    elif source.is_dir():
+        frames = _frames_from_folder(source, limit)
+    else:
+        raise CalibrationDataError(f"{source}: expected a rosbag2 directory or a folder of images")
+    if not frames:
+        raise CalibrationDataError(f"{source}: no frames")
+    return frames
+
+
+def split(frames: list, holdout_every: int = 4) -> tuple[list, list]:
+    """(calibration, held-out): every `holdout_every`-th item is held out, starting with the second."""
+    if holdout_every < 2:
+        raise ValueError("holdout_every must be >= 2")
+    held = [f for i, f in enumerate(frames) if i % holdout_every == 1]
+    calib = [f for i, f in enumerate(frames) if i % holdout_every != 1]
+    if len(calib) < 2 or len(held) < 2:
+        raise CalibrationDataError(
+            f"{len(frames)} frames give {len(calib)} calibration and {len(held)} held-out frames; need at least 2 each"
+        )
+    return calib, held
+
+
+def to_rgb_frame(frame: Frame) -> Frame:
+    """The frame as packed RGB (any supported encoding), for resizing."""
+    if frame.encoding == "rgb8":
+        return frame
+    return Frame.from_rgb(to_rgb(frame.pixels, frame.encoding), frame.stamp_ns)
+
+
+def resized(frame: Frame, width: int, height: int) -> Frame:
+    """The frame as a camera of `width`×`height` would deliver it (area-averaged downscale)."""
+    rgb = to_rgb_frame(frame)
+    if (rgb.width, rgb.height) == (width, height):
+        return rgb
+    interp = cv2.INTER_AREA if width < rgb.width else cv2.INTER_CUBIC
+    return Frame.from_rgb(cv2.resize(rgb.pixels, (width, height), interpolation=interp), frame.stamp_ns)
+
+
+@dataclass
+class QuantData:
+    """Preprocessed tensors: calibration batches and held-out sets per gate resolution."""
+
+    calibration: list[np.ndarray]  # batches of (B, 3, S, S)
+    heldout: dict[str, np.ndarray]  # "1920x1080" -> (N, 3, S, S)
+    calibration_frames: int
+    source: str
+
+    @property
+    def native(self) -> np.ndarray:
+        """Held-out tensors at the first gate resolution (used for the sensitivity sweep)."""
+        return next(iter(self.heldout.values()))
+
+
+def prepare(
+    frames: list[Frame],
+    image_size: int,
+    source: str,
+    holdout_every: int = 4,
+    batch: int = 8,
+    resolutions: tuple[tuple[int, int], ...] = GATE_RESOLUTIONS,
+    progress=None,
+) -> QuantData:
+    """Split, preprocess with the node's preprocessor, and batch."""
+    wrap = progress or (lambda it, desc: it)
+    pre = CpuPreprocessor(PreprocessSpec(size=image_size))
+    calib, held = split(frames, holdout_every)
+    tensors = np.stack([pre(f) for f in wrap(calib, "preprocessing calibration frames")])
+    batches = [tensors[i : i + batch] for i in range(0, len(tensors), batch)]
+    heldout = {}
+    for w, h in resolutions:
+        heldout[f"{w}x{h}"] = np.stack([pre(resized(f, w, h)) for f in wrap(held, f"preprocessing held-out {w}x{h}")])
+    return QuantData(batches, heldout, len(calib), source)

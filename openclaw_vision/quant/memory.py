@@ -1,0 +1,55 @@
+"""Model file size and the peak resident memory of an ONNX Runtime session, one process per model.
+
+Each measurement runs in a fresh interpreter (`python -m openclaw_vision.quant.memory MODEL`):
+peak RSS is a per-process high-water mark, so two sessions in one process would blur it. The
+baseline is the same interpreter after importing numpy and onnxruntime, before the session.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+
+def _peak_mb() -> float:
+    """This process's RSS high-water mark. VmHWM, not getrusage's ru_maxrss: that one survives
+    fork+exec and would report the (large) parent's peak."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024.0  # kB
+    raise OSError("no VmHWM in /proc/self/status (Linux only)")
+
+
+def measure_here(model: Path) -> dict[str, float]:
+    import numpy as np
+    import onnxruntime as ort
+
+    base = _peak_mb()
+    opts = ort.SessionOptions()
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    sess = ort.InferenceSession(str(model), opts, providers=["CPUExecutionProvider"])
+    inp = sess.get_inputs()[0]
+    size = inp.shape[-1] if isinstance(inp.shape[-1], int) else 224
+    sess.run(None, {inp.name: np.zeros((1, 3, size, size), np.float32)})
+    peak = _peak_mb()
+    return {"baseline_rss_mb": round(base, 1), "peak_rss_mb": round(peak, 1), "session_mb": round(peak - base, 1)}
+
+
+def measure(model: Path) -> dict[str, float]:
+    """File size and session memory of `model`, measured in a child interpreter."""
+    out = subprocess.run(
+        [sys.executable, "-m", "openclaw_vision.quant.memory", str(model)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result["file_mb"] = round(Path(model).stat().st_size / 1e6, 2)
+    return result
+
+
+if __name__ == "__main__":
+    print(json.dumps(measure_here(Path(sys.argv[1]))))

@@ -1,0 +1,141 @@
+"""The quantisation report: report.json (stable keys), report.md, and PNG plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def markdown(r: dict) -> str:
+    verdict = "PASSED" if r["passed"] else "FAILED — no model written"
+    g = r["gate"]
+    lines = [
+        f"# INT8 quantisation report: {r['model']} — {verdict}",
+        "",
+        f"Model: `{r['model']}` ({r['model_note']}). Scheme {r['scheme']} (Q/DQ, per-channel INT8 weights, "
+        f"per-tensor activations). Calibration: {r['calibration']['method']} on {r['calibration']['frames']} frames "
+        f"from `{r['calibration']['source']}`; {r['calibration']['heldout_frames']} held-out frames.",
+        "",
+        "## Gate (held-out frames, worst over resolutions)",
+        "",
+        "| metric | measured | required |",
+        "|---|---|---|",
+        f"| mean cosine vs FP32 | {r['mean_cosine']:.6f} | >= {g['mean_cosine']} |",
+        f"| min cosine vs FP32 | {r['min_cosine']:.6f} | >= {g['min_cosine']} |",
+        f"| nearest-neighbour agreement | {r['nn_agreement']:.2%} | >= {g['nn_agreement']:.0%} |",
+        f"| retrieval KL (logit scale 100) | {r['kl']:.3g} | (reported) |",
+        f"| collapse degree, image term | {r['collapse']['image']:.3g} | (reported; {r['collapse']['text_note']}) |",
+        "",
+        "| resolution | mean cos | min cos | NN agreement | KL |",
+        "|---|---|---|---|---|",
+    ]
+    for res, m in r["per_resolution"].items():
+        lines.append(
+            f"| {res} | {m['mean_cosine']:.6f} | {m['min_cosine']:.6f} | {m['nn_agreement']:.2%} | {m['kl']:.3g} |"
+        )
+    lines += [
+        "",
+        "## What stayed in float, and why",
+        "",
+        f"- By construction: {r['float_by_construction']} (quantising them is what collapses ViT accuracy).",
+        f"- Chosen by the partition: {len(r['kept_float'])} of {r['layers']} MatMul/Gemm/Conv layers "
+        f"(limit {r['max_float']}): {', '.join(r['kept_float_labels']) or 'none — every weight layer is INT8'}.",
+        "",
+        "| layers kept float | mean cos | min cos | NN agreement | gate |",
+        "|---|---|---|---|---|",
+    ]
+    for t in r["trials"]:
+        lines.append(
+            f"| {t['keep_float']} | {t['mean_cosine']:.6f} | {t['min_cosine']:.6f} | {t['nn_agreement']:.2%} "
+            f"| {'pass' if t['passed'] else 'fail'} |"
+        )
+    lines += [
+        "",
+        "## Calibration methods (all layers INT8)",
+        "",
+        "| method | mean cos | min cos | NN | gate |",
+        "|---|---|---|---|---|",
+    ]
+    for name, m in r["methods"].items():
+        w = m["worst"]
+        lines.append(
+            f"| {name} | {w['mean_cosine']:.6f} | {w['min_cosine']:.6f} | {w['nn_agreement']:.2%} "
+            f"| {'pass' if m['passed'] else 'fail'} |"
+        )
+    if r["sensitivity"]:
+        lines += [
+            "",
+            "## Sensitivity (each layer quantised alone, native resolution)",
+            "",
+            "![sensitivity](sensitivity.png)",
+            "",
+            "Damage (1 − mean cosine) summed by role: "
+            + ", ".join(f"{k} {v:.2e}" for k, v in sorted(r["sensitivity_by_role"].items(), key=lambda kv: -kv[1])),
+            "",
+            "| layer | role | block | mean cos | min cos | KL |",
+            "|---|---|---|---|---|---|",
+        ]
+        for s in sorted(r["sensitivity"], key=lambda s: s["mean_cosine"]):
+            lines.append(
+                f"| {s['label']} | {s['role']} | {s['block']} | {s['mean_cosine']:.7f} | {s['min_cosine']:.7f} "
+                f"| {s['kl']:.3g} |"
+            )
+    size, mem = r["size_mb"], r.get("memory") or {}
+    lines += [
+        "",
+        "## Size, memory, batch invariance, speed",
+        "",
+        f"- Model file: FP32 {size['fp32']} MB, INT8 {size['int8']} MB ({size['cut_percent']} % smaller).",
+    ]
+    if mem:
+        lines.append(
+            f"- Session memory (peak RSS of a fresh process minus its baseline): FP32 {mem['fp32']['session_mb']} MB, "
+            f"INT8 {mem['int8']['session_mb']} MB (peak RSS {mem['fp32']['peak_rss_mb']} vs "
+            f"{mem['int8']['peak_rss_mb']} MB)."
+        )
+    lat = r["latency_b1_ms"]
+    lines += [
+        f"- Same frames at batch 1 and batch 8: max |difference| {r['batch_invariance_max_abs']} (static Q/DQ).",
+        f"- Batch-1 latency here (indicative, interleaved): FP32 {lat['fp32']} ms, INT8 {lat['int8']} ms "
+        f"({lat['fp32'] / lat['int8']:.2f}x); `openclaw-vision bench --mode stages` is the reference measurement.",
+        "",
+        f"Took {r['seconds']} s.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+_ROLE_COLOURS = {"patch_embed": "C0", "qkv": "C1", "attn_out": "C2", "mlp_fc": "C3", "mlp_proj": "C4", "proj": "C5"}
+
+
+def plot_sensitivity(r: dict, path: Path) -> Path | None:
+    if not r["sensitivity"]:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sens = r["sensitivity"]
+    fig, ax = plt.subplots(figsize=(max(8, len(sens) * 0.18), 4.5))
+    damage = [max(1 - s["mean_cosine"], 1e-9) for s in sens]
+    ax.bar(range(len(sens)), damage, color=[_ROLE_COLOURS.get(s["role"], "C7") for s in sens])
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(sens)), [s["label"] for s in sens], rotation=90, fontsize=6)
+    ax.set_ylabel("1 − mean cosine vs FP32 (log)")
+    ax.set_title(f"Damage of quantising each layer alone — {r['model']}")
+    for role, colour in _ROLE_COLOURS.items():
+        ax.bar([0], [0], color=colour, label=role)
+    ax.legend(fontsize=7, ncol=3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write(r: dict, out: Path) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "report.json", out / "report.md"]
+    paths[0].write_text(json.dumps(r, indent=2))
+    paths[1].write_text(markdown(r))
+    plot = plot_sensitivity(r, out / "sensitivity.png")
+    return paths + ([plot] if plot else [])
