@@ -9,7 +9,7 @@ whose quantisation is what collapses ViT accuracy.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import onnx
 
@@ -17,7 +17,6 @@ QUANTISABLE_OPS = ("MatMul", "Gemm", "Conv")
 
 # Roles by the module path the exporter writes into node names (open_clip / our vit.py naming).
 _ROLES = (
-    (re.compile(r"conv1"), "patch_embed"),
     (re.compile(r"attn/out_proj"), "attn_out"),
     (re.compile(r"attn/"), "qkv"),
     (re.compile(r"mlp/c_fc"), "mlp_fc"),
@@ -47,7 +46,7 @@ def _role(name: str) -> str:
     for pattern, role in _ROLES:
         if pattern.search(name):
             return role
-    return "proj" if "resblocks" not in name else "other"
+    return "other"
 
 
 def quantisable_layers(model: onnx.ModelProto) -> list[Layer]:
@@ -83,4 +82,8 @@ def quantisable_layers(model: onnx.ModelProto) -> list[Layer]:
         )
     if not layers:
         raise ValueError("no quantisable MatMul/Gemm/Conv with a constant weight in this model")
+    # Outside the blocks, the first weight layer embeds the patches and the last projects.
+    outside = [i for i, layer in enumerate(layers) if layer.block < 0]
+    for i, role in ((outside[0], "patch_embed"), (outside[-1], "proj")) if len(outside) >= 2 else ():
+        layers[i] = replace(layers[i], role=role)
     return layers
