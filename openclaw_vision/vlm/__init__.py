@@ -1,0 +1,9 @@
+"""The optional VLM: visual features → projector → Llama decoder over a paged KV cache → answer.
+
+Modules in data-flow order: `config` (model shapes), `tokenizer` (tokenizer.json + chat
+template), `weights` (Hugging Face safetensors → namespaced, fused, validated parameters),
+`projector` (embedding → visual prefix tokens), `kv_cache` (block allocator and the paged
+K/V pool), `decoder` (the Llama forward pass on NumPy or CuPy), `sampling`, `pipeline`
+(one question about one frame, prefix shared between questions), `trtllm` (TensorRT-LLM
+checkpoint conversion, the thin adapter). Only NumPy (CuPy on a GPU) and `tokenizers` at runtime.
+"""

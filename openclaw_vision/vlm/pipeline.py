@@ -1,0 +1,244 @@
+"""One question about one frame: features → projector → prefix (shared) → question → decoded answer.
+
+The sequence is BOS + system turn + user header + visual tokens (the *prefix*, identical for
+every question about a frame) + question + assistant header, then the generated tokens. The
+prefix is prefilled once per frame into its own KV sequence; each question forks it, so its
+blocks are shared (the partial last block is copied on the first write) and only the question
+is prefilled. Prefixes of the last `prefix_frames` frames are kept; older ones are freed.
+
+Admission: a question is accepted only if the free blocks cover its question and
+`max_new_tokens` in the worst case, so a running answer never runs out of cache midway; when
+short, older frames' prefixes are evicted first, then the request is rejected (OutOfBlocks).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .config import LlamaConfig, get_llm_config
+from .decoder import LlamaDecoder, PagedKVCache
+from .kv_cache import OutOfBlocks
+from .projector import Projector, ProjectorConfig, projector_shapes
+from .sampling import Sampler, Sampling
+from .tokenizer import DEFAULT_SYSTEM, ChatTokenizer, build_default_tokenizer
+from .weights import llm_shapes, load_hf_llama, load_projector, place, random_params, validate
+
+
+@dataclass
+class VlmModel:
+    cfg: LlamaConfig
+    proj_cfg: ProjectorConfig
+    decoder: LlamaDecoder
+    projector: Projector
+    tokenizer: ChatTokenizer
+    model_id: str
+    xp: object = np
+
+
+def _digest(path: Path) -> str:
+    h = hashlib.sha256()
+    for f in sorted(Path(path).glob("*.safetensors")):
+        h.update(f.read_bytes())
+    return h.hexdigest()[:12]
+
+
+def load_vlm(
+    llm: str = "tiny",
+    embed_dim: int = 512,
+    visual_tokens: int = 8,
+    tokenizer: Path | None = None,
+    projector: Path | None = None,
+    seed: int = 0,
+    xp=np,
+    dtype=np.float32,
+    tokenizer_home: Path | None = None,
+) -> VlmModel:
+    """A named config with random weights, or a Hugging Face Llama folder; validated before use."""
+    path = Path(llm)
+    if path.is_dir():
+        cfg, params = load_hf_llama(path)
+        model_id = f"{path.name}@{_digest(path)}"
+        tokenizer = tokenizer or path
+    else:
+        cfg = get_llm_config(llm)
+        params = random_params(cfg, None, seed)
+        model_id = f"{llm}@random-seed{seed}"
+    proj_cfg = ProjectorConfig(embed_dim, cfg.hidden, visual_tokens)
+    if projector:
+        params |= load_projector(projector)
+    else:
+        params |= _random_projector(proj_cfg, seed + 1)
+    if tokenizer is None:
+        from ..resources import data_home
+
+        home = Path(tokenizer_home or data_home() / "vlm" / f"tokenizer-{min(cfg.vocab_size, 512)}")
+        tokenizer = home / "tokenizer.json"
+        if not tokenizer.is_file():
+            build_default_tokenizer(home, min(cfg.vocab_size, 512))
+    tok = ChatTokenizer(tokenizer)
+    if tok.vocab_size > cfg.vocab_size:
+        raise ValueError(f"tokenizer has {tok.vocab_size} tokens but the model only {cfg.vocab_size}")
+    placed = place(params, xp, dtype)
+    validate(placed, llm_shapes(cfg) | projector_shapes(proj_cfg), xp, dtype)
+    return VlmModel(
+        cfg, proj_cfg, LlamaDecoder(cfg, placed, xp, dtype), Projector(proj_cfg, placed, xp), tok, model_id, xp
+    )
+
+
+def _random_projector(cfg: ProjectorConfig, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, shape in projector_shapes(cfg).items():
+        fan_in = shape[1] if len(shape) == 2 else 1
+        out[name] = (
+            np.zeros(shape, np.float32) if name.endswith("bias") else rng.standard_normal(shape, dtype=np.float32)
+        )
+        if not name.endswith("bias"):
+            out[name] *= np.float32(fan_in**-0.5)
+    return out
+
+
+@dataclass
+class Answer:
+    text: str
+    tokens: list[int]
+    prompt_tokens: int
+    prefix_tokens: int
+    prefix_reused: bool
+    stop: str  # "eos" | "max_tokens"
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+
+class VlmPipeline:
+    def __init__(
+        self,
+        model: VlmModel,
+        kv_blocks: int = 256,
+        block_size: int = 16,
+        sampling: Sampling | None = None,
+        max_new_tokens: int = 32,
+        system: str = DEFAULT_SYSTEM,
+        prefix_frames: int = 2,
+    ) -> None:
+        self.model = model
+        self.cache = PagedKVCache(model.cfg, kv_blocks, block_size, model.xp)
+        self.sampling = sampling or Sampling()
+        self.max_new_tokens = max_new_tokens
+        self.system = system
+        self.prefix_frames = prefix_frames
+        self._prefixes: OrderedDict[Hashable, tuple[str, int]] = OrderedDict()  # frame → (seq id, length)
+        self._ids = itertools.count()
+
+    @property
+    def manager(self):
+        return self.cache.manager
+
+    def _evict_prefix(self, keep: Hashable | None) -> bool:
+        for frame in self._prefixes:
+            if frame != keep:
+                seq_id, _ = self._prefixes.pop(frame)
+                self.manager.free(seq_id)
+                return True
+        return False
+
+    def _prefix(self, features, frame_key: Hashable) -> tuple[str, int, bool, float]:
+        """The prefix sequence of a frame, prefilled once; (seq id, length, reused, ms)."""
+        if frame_key in self._prefixes:
+            self._prefixes.move_to_end(frame_key)
+            return (*self._prefixes[frame_key], True, 0.0)
+        t0 = time.perf_counter()
+        m = self.model
+        ids = m.tokenizer.chat("", self.system).prefix
+        visual = m.projector(features)
+        embeds = m.xp.concatenate([m.decoder.embed(ids), visual.astype(m.decoder.dtype)])
+        keys = [*ids, *(("image", frame_key, i) for i in range(visual.shape[0]))]
+        seq_id = f"prefix-{next(self._ids)}"
+        while True:
+            try:
+                cached = self.manager.allocate(seq_id, keys)
+                break
+            except OutOfBlocks:
+                if not self._evict_prefix(keep=None):
+                    raise
+        m.decoder.forward(self.cache, seq_id, embeds[cached:], cached)
+        self._prefixes[frame_key] = (seq_id, len(keys))
+        while len(self._prefixes) > self.prefix_frames:
+            self._evict_prefix(keep=frame_key)
+        return seq_id, len(keys), False, (time.perf_counter() - t0) * 1e3
+
+    def _admit(self, frame_key: Hashable, prefix_len: int, question_len: int) -> None:
+        bs = self.manager.block_size
+        total = prefix_len + question_len + self.max_new_tokens
+        needed = self.manager.blocks_for(total) - prefix_len // bs  # full prefix blocks are shared
+        while self.manager.num_free < needed:
+            if not self._evict_prefix(keep=frame_key):
+                raise OutOfBlocks(
+                    f"question needs up to {needed} KV blocks ({total} positions) but only "
+                    f"{self.manager.num_free} of {len(self.manager.blocks)} are free; try again later"
+                )
+
+    def ask(
+        self, features, frame_key: Hashable, question: str, on_token: Callable[[str], None] | None = None
+    ) -> Answer:
+        """Answer `question` about the frame whose embedding is `features` (see module doc)."""
+        if not question.strip():
+            raise ValueError("empty question")
+        m = self.model
+        q_ids = m.tokenizer.chat(question, self.system).question
+        prefix_id, prefix_len, reused, prefix_ms = self._prefix(features, frame_key)
+        if prefix_len + len(q_ids) + self.max_new_tokens > m.cfg.max_positions:
+            raise ValueError(f"question too long: {prefix_len + len(q_ids)} positions + answer > {m.cfg.max_positions}")
+        self._admit(frame_key, prefix_len, len(q_ids))
+        seq_id = f"q-{next(self._ids)}"
+        sampler = Sampler(self.sampling)
+        self.manager.fork(prefix_id, seq_id)
+        out: list[int] = []
+        stop = "max_tokens"
+        try:
+            t0 = time.perf_counter()
+            for tok in q_ids:
+                self.manager.append(seq_id, tok)
+            logits = m.decoder.forward(self.cache, seq_id, m.decoder.embed(q_ids), prefix_len)
+            t1 = time.perf_counter()
+            pos = prefix_len + len(q_ids)
+            while len(out) < self.max_new_tokens:
+                token = sampler(_host(logits))
+                if token == m.tokenizer.eos_id:
+                    stop = "eos"
+                    break
+                out.append(token)
+                if on_token:
+                    on_token(m.tokenizer.decode([token]))
+                if len(out) == self.max_new_tokens:
+                    break
+                self.manager.append(seq_id, token)
+                logits = m.decoder.forward(self.cache, seq_id, m.decoder.embed([token]), pos)
+                pos += 1
+            t2 = time.perf_counter()
+        finally:
+            self.manager.free(seq_id)
+        return Answer(
+            text=m.tokenizer.decode(out),
+            tokens=out,
+            prompt_tokens=prefix_len + len(q_ids),
+            prefix_tokens=prefix_len,
+            prefix_reused=reused,
+            stop=stop,
+            timings_ms={
+                "prefix": round(prefix_ms, 2),
+                "prefill": round((t1 - t0) * 1e3, 2),
+                "decode": round((t2 - t1) * 1e3, 2),
+            },
+        )
+
+
+def _host(x) -> np.ndarray:
+    return x.get() if hasattr(x, "get") else np.asarray(x)

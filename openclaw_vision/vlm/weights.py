@@ -1,0 +1,173 @@
+"""Parameters: read Hugging Face Llama safetensors, fuse, namespace, and validate before the first forward.
+
+Names are namespaced by part — `vision.`, `projector.`, `llm.` — so nothing from one part can
+collide with another. Hugging Face's separate q/k/v and gate/up projections are concatenated
+here, once, into `wqkv` and `w_gate_up` (the decoder runs one matmul for each). `validate`
+compares every parameter's dtype, shape and device with what the config says, and names the
+parameter, the expectation and what was found.
+
+The safetensors reader is ours (a JSON header and raw little-endian tensors): NumPy has no
+bfloat16, and TinyLlama ships bf16, which is widened here to float32 bit-exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import numpy as np
+
+from .config import LlamaConfig, config_from_hf
+from .projector import ProjectorConfig, projector_shapes
+
+_DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I64": np.int64, "I32": np.int32, "U8": np.uint8}
+
+
+class ParameterError(ValueError):
+    """A parameter is missing, unexpected, or has the wrong shape, dtype or device."""
+
+
+def read_safetensors(path: Path) -> dict[str, np.ndarray]:
+    """All tensors of one .safetensors file as NumPy arrays (BF16 → float32)."""
+    raw = Path(path).read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + n])
+    body = memoryview(raw)[8 + n :]
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        start, end = info["data_offsets"]
+        shape, dtype = tuple(info["shape"]), info["dtype"]
+        if dtype == "BF16":
+            bits = np.frombuffer(body[start:end], dtype="<u2").astype(np.uint32) << 16
+            out[name] = bits.view(np.float32).reshape(shape)
+        elif dtype in _DTYPES:
+            out[name] = np.frombuffer(body[start:end], dtype=np.dtype(_DTYPES[dtype]).newbyteorder("<")).reshape(shape)
+        else:
+            raise ParameterError(f"{path}: tensor {name} has unsupported dtype {dtype}")
+    return out
+
+
+def read_checkpoint(folder: Path) -> dict[str, np.ndarray]:
+    """model.safetensors, or the shards named by model.safetensors.index.json."""
+    folder = Path(folder)
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        state: dict[str, np.ndarray] = {}
+        for shard in shards:
+            state.update(read_safetensors(folder / shard))
+        return state
+    single = folder / "model.safetensors"
+    if not single.is_file():
+        raise ParameterError(f"{folder}: no model.safetensors or model.safetensors.index.json")
+    return read_safetensors(single)
+
+
+def llm_shapes(cfg: LlamaConfig) -> dict[str, tuple[int, ...]]:
+    """Every `llm.*` parameter this config needs, with its shape."""
+    h, i = cfg.hidden, cfg.intermediate
+    shapes = {"llm.embed_tokens": (cfg.vocab_size, h), "llm.norm": (h,), "llm.lm_head": (cfg.vocab_size, h)}
+    for n in range(cfg.layers):
+        p = f"llm.layers.{n}."
+        shapes |= {
+            p + "attn_norm": (h,),
+            p + "wqkv": (cfg.qkv_out, h),
+            p + "wo": (h, h),
+            p + "mlp_norm": (h,),
+            p + "w_gate_up": (2 * i, h),
+            p + "w_down": (h, i),
+        }
+    return shapes
+
+
+def from_hf_llama(state: dict[str, np.ndarray], cfg: LlamaConfig) -> dict[str, np.ndarray]:
+    """Hugging Face LlamaForCausalLM names → `llm.*`, q/k/v and gate/up concatenated."""
+    state = {k: v for k, v in state.items() if "rotary_emb" not in k}  # precomputed tables, not weights
+
+    def take(name: str) -> np.ndarray:
+        if name not in state:
+            raise ParameterError(f"checkpoint has no {name}")
+        return state.pop(name)
+
+    out = {"llm.embed_tokens": take("model.embed_tokens.weight"), "llm.norm": take("model.norm.weight")}
+    out["llm.lm_head"] = state.pop("lm_head.weight") if "lm_head.weight" in state else out["llm.embed_tokens"]
+    for n in range(cfg.layers):
+        hf, p = f"model.layers.{n}.", f"llm.layers.{n}."
+        attn = [take(hf + f"self_attn.{x}_proj.weight") for x in ("q", "k", "v")]
+        out[p + "wqkv"] = np.concatenate(attn, axis=0)
+        out[p + "wo"] = take(hf + "self_attn.o_proj.weight")
+        out[p + "w_gate_up"] = np.concatenate([take(hf + "mlp.gate_proj.weight"), take(hf + "mlp.up_proj.weight")])
+        out[p + "w_down"] = take(hf + "mlp.down_proj.weight")
+        out[p + "attn_norm"] = take(hf + "input_layernorm.weight")
+        out[p + "mlp_norm"] = take(hf + "post_attention_layernorm.weight")
+    if state:
+        raise ParameterError(f"unexpected checkpoint tensors: {', '.join(sorted(state)[:8])}")
+    return out
+
+
+def load_hf_llama(folder: Path) -> tuple[LlamaConfig, dict[str, np.ndarray]]:
+    """A Hugging Face Llama folder (config.json + safetensors) → (config, `llm.*` parameters)."""
+    folder = Path(folder)
+    cfg = config_from_hf(folder / "config.json")
+    return cfg, from_hf_llama(read_checkpoint(folder), cfg)
+
+
+def load_projector(path: Path) -> dict[str, np.ndarray]:
+    """A projector file: safetensors with `projector.*` names (or LLaVA's `model.mm_projector.{0,2}.*`)."""
+    state = read_safetensors(path)
+    llava = {"model.mm_projector.0.": "projector.fc1.", "model.mm_projector.2.": "projector.fc2."}
+    out = {}
+    for name, value in state.items():
+        for old, new in llava.items():
+            if name.startswith(old):
+                name = new + name[len(old) :]
+        if not name.startswith("projector."):
+            raise ParameterError(f"{path}: tensor {name} is not a projector parameter")
+        out[name] = value
+    return out
+
+
+def random_params(cfg: LlamaConfig, proj: ProjectorConfig | None, seed: int = 0, std: float = 0.02) -> dict:
+    """Deterministic random init (normal(0, std) weights, unit norms), float32; says nothing, shaped right."""
+    rng = np.random.default_rng(seed)
+    shapes = llm_shapes(cfg) | (projector_shapes(proj) if proj else {})
+    out = {}
+    for name, shape in shapes.items():
+        if name.endswith("norm"):
+            out[name] = np.ones(shape, np.float32)
+        elif name.endswith("bias"):
+            out[name] = np.zeros(shape, np.float32)
+        else:
+            out[name] = rng.standard_normal(shape, dtype=np.float32) * np.float32(std)
+    return out
+
+
+def place(params: dict, xp=np, dtype=np.float32) -> dict:
+    """Parameters on the array module's device in the compute dtype."""
+    return {k: xp.asarray(v, dtype=dtype) for k, v in params.items()}
+
+
+def validate(params: dict, shapes: dict[str, tuple[int, ...]], xp=np, dtype=np.float32) -> None:
+    """Every expected parameter present, none unexpected, each with the right shape, dtype and device."""
+    missing = sorted(set(shapes) - set(params))
+    if missing:
+        raise ParameterError(
+            f"missing parameter {missing[0]} (expected shape {shapes[missing[0]]}; {len(missing)} missing)"
+        )
+    extra = sorted(k for k in set(params) - set(shapes) if k.split(".")[0] in ("llm", "projector"))
+    if extra:
+        raise ParameterError(f"unexpected parameter {extra[0]} ({len(extra)} unexpected)")
+    want_dtype = np.dtype(dtype)
+    for name, shape in shapes.items():
+        value = params[name]
+        if not isinstance(value, xp.ndarray):
+            raise ParameterError(
+                f"parameter {name}: expected device {xp.__name__} array, found {type(value).__module__}.{type(value).__name__}"
+            )
+        if tuple(value.shape) != tuple(shape):
+            raise ParameterError(f"parameter {name}: expected shape {tuple(shape)}, found {tuple(value.shape)}")
+        if value.dtype != want_dtype:
+            raise ParameterError(f"parameter {name}: expected dtype {want_dtype}, found {value.dtype}")
