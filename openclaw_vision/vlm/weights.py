@@ -164,9 +164,8 @@ def validate(params: dict, shapes: dict[str, tuple[int, ...]], xp=np, dtype=np.f
     for name, shape in shapes.items():
         value = params[name]
         if not isinstance(value, xp.ndarray):
-            raise ParameterError(
-                f"parameter {name}: expected device {xp.__name__} array, found {type(value).__module__}.{type(value).__name__}"
-            )
+            found = f"{type(value).__module__}.{type(value).__name__}"
+            raise ParameterError(f"parameter {name}: expected a {xp.__name__} array (device), found {found}")
         if tuple(value.shape) != tuple(shape):
             raise ParameterError(f"parameter {name}: expected shape {tuple(shape)}, found {tuple(value.shape)}")
         if value.dtype != want_dtype:
