@@ -170,3 +170,31 @@ def validate(params: dict, shapes: dict[str, tuple[int, ...]], xp=np, dtype=np.f
             raise ParameterError(f"parameter {name}: expected shape {tuple(shape)}, found {tuple(value.shape)}")
         if value.dtype != want_dtype:
             raise ParameterError(f"parameter {name}: expected dtype {want_dtype}, found {value.dtype}")
+
+
+_CODES = {np.dtype(v): k for k, v in _DTYPES.items()}
+
+
+def write_safetensors(path: Path, tensors: dict[str, np.ndarray], metadata: dict[str, str] | None = None) -> Path:
+    """Write tensors in the safetensors layout (8-byte header length, JSON header, raw little-endian data)."""
+    header: dict = {"__metadata__": metadata} if metadata else {}
+    blobs, offset = [], 0
+    for name in sorted(tensors):
+        arr = np.ascontiguousarray(tensors[name])
+        data = arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
+        header[name] = {
+            "dtype": _CODES[arr.dtype],
+            "shape": list(arr.shape),
+            "data_offsets": [offset, offset + len(data)],
+        }
+        blobs.append(data)
+        offset += len(data)
+    head = json.dumps(header, separators=(",", ":")).encode()
+    head += b" " * (-len(head) % 8)  # the format aligns the data start to 8 bytes
+    path = Path(path)
+    with path.open("wb") as f:
+        f.write(struct.pack("<Q", len(head)))
+        f.write(head)
+        for blob in blobs:
+            f.write(blob)
+    return path
