@@ -24,11 +24,12 @@ STORAGES = ("mcap", "sqlite3")
 
 @lru_cache(maxsize=1)
 def typestore():
-    """Humble's message types plus openclaw_vision/msg/VisualFeatures from its .msg file."""
+    """Humble's message types plus ours (openclaw_vision/msg/*), parsed from their .msg files."""
     from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 
     store = get_typestore(Stores.ROS2_HUMBLE)
-    store.register(get_types_from_msg(share_path("msg", "VisualFeatures.msg").read_text(), FEATURES_TYPE))
+    for path in sorted(share_path("msg").glob("*.msg")):
+        store.register(get_types_from_msg(path.read_text(), f"openclaw_vision/msg/{path.stem}"))
     return store
 
 

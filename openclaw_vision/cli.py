@@ -80,6 +80,29 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ask(args: argparse.Namespace) -> int:
+    from .vlm.ask import AskError, ask
+
+    try:
+        result = ask(args)
+    except AskError as err:
+        print(f"ask: {err}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        t = result["timings_ms"]
+        print(
+            f"frame {result['frame_index']} of {args.bag} ({result['stamp_ns']} ns), encoder {result['encoder']}, "
+            f"llm {result['llm']}\nQ: {result['question']}\nA: {result['answer']}\n"
+            f"({result['answer_tokens']} tokens, stop: {result['stop']}; encode {t['encode']} ms, prefix "
+            f"{t['prefix']} ms, prefill {t['prefill']} ms, decode {t['decode']} ms)"
+        )
+        if "random" in result["llm"]:
+            print("note: the language model has random weights (no download): the text is noise, the pipeline is real")
+    return 0
+
+
 def cmd_bag_sample(args: argparse.Namespace) -> int:
     from .bags import write_sample_bag
 
@@ -237,6 +260,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_bag_sample)
 
     sub.add_parser("encoder", help="run the encoder node (flags: see `openclaw-vision encoder --help`)", add_help=False)
+    sub.add_parser("vlm", help="run the VLM node (flags: see `openclaw-vision vlm --help`)", add_help=False)
+
+    p = sub.add_parser("ask", help="encoder + VLM in one process: answer a question about one frame of a bag")
+    p.add_argument("question")
+    p.add_argument("--bag", type=Path, required=True, help="rosbag2 with images (any image topic)")
+    p.add_argument("--topic", default=None, help="image topic (default: the bag's first)")
+    p.add_argument("--index", type=int, default=0, help="which frame of the bag (0 = first)")
+    p.add_argument("--model", default="ViT-B-32", help="encoder model (its INT8 build is made if missing)")
+    p.add_argument("--model-path", type=Path, default=None, help="an encoder ONNX file instead")
+    p.add_argument("--llm", default="tiny", help="tiny | tinyllama-1.1b (random weights) | a Hugging Face folder")
+    p.add_argument("--tokenizer", type=Path, default=None)
+    p.add_argument("--projector", type=Path, default=None)
+    p.add_argument("--visual-tokens", type=int, default=8)
+    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print the answer as JSON")
+    p.set_defaults(fn=cmd_ask)
 
     p = sub.add_parser("replay", help="play a bag into a running encoder node and record /visual_features")
     p.add_argument("bag", type=Path)
@@ -262,8 +304,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["encoder"]:  # the node parses its own flags (they mirror its config keys)
+    if argv[:1] == ["encoder"]:  # the nodes parse their own flags (they mirror their config keys)
         return cmd_encoder(argv[1:])
+    if argv[:1] == ["vlm"]:
+        from .ros.vlm_node import main as vlm_main
+
+        return vlm_main(argv[1:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level, format="[%(asctime)s] [%(name)s] %(levelname)s: %(message)s")
     return args.fn(args)

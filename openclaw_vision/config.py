@@ -23,8 +23,36 @@ class ConfigError(ValueError):
     """A configuration value that the node cannot run with."""
 
 
+class NodeConfig:
+    """Shared behaviour of node configurations: dict conversion with type checks, validation hook."""
+
+    def validate(self):
+        return self
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]):
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise ConfigError(f"unknown parameter(s): {', '.join(unknown)}; known: {', '.join(known)}")
+        typed = {}
+        for key, value in values.items():
+            want = type(getattr(cls(), key))
+            try:
+                typed[key] = want(value)
+            except (TypeError, ValueError):
+                raise ConfigError(f"parameter {key}={value!r}: expected {want.__name__}") from None
+        return cls(**typed)
+
+    def _bad(self, key: str, why: str) -> ConfigError:
+        return ConfigError(f"parameter {key}={getattr(self, key)!r}: {why}")
+
+
 @dataclass(frozen=True)
-class EncoderConfig:
+class EncoderConfig(NodeConfig):
     image_topic: str = "/camera/image_raw"
     features_topic: str = "/visual_features"
     model: str = "ViT-B-32"
@@ -38,47 +66,73 @@ class EncoderConfig:
     transport: str = "auto"
 
     def validate(self) -> EncoderConfig:
-        def bad(key: str, why: str) -> ConfigError:
-            return ConfigError(f"parameter {key}={getattr(self, key)!r}: {why}")
-
         for key in ("image_topic", "features_topic"):
             if not getattr(self, key) or " " in getattr(self, key):
-                raise bad(key, "must be a non-empty ROS topic name")
+                raise self._bad(key, "must be a non-empty ROS topic name")
         if self.model not in MODEL_CONFIGS and not self.model_path:
-            raise bad("model", f"unknown; known: {', '.join(MODEL_CONFIGS)} (or set model_path)")
+            raise self._bad("model", f"unknown; known: {', '.join(MODEL_CONFIGS)} (or set model_path)")
         if self.backend not in BACKENDS:
-            raise bad("backend", f"choose one of {', '.join(BACKENDS)}")
+            raise self._bad("backend", f"choose one of {', '.join(BACKENDS)}")
         if self.precision not in ("fp32", "fp16", "int8"):
-            raise bad("precision", "choose fp32, fp16 or int8")
+            raise self._bad("precision", "choose fp32, fp16 or int8")
         if self.threads < 0:
-            raise bad("threads", "must be >= 0")
+            raise self._bad("threads", "must be >= 0")
         if self.reliability not in RELIABILITIES:
-            raise bad("reliability", f"choose one of {', '.join(RELIABILITIES)}")
+            raise self._bad("reliability", f"choose one of {', '.join(RELIABILITIES)}")
         if self.depth < 1:
-            raise bad("depth", "must be >= 1")
+            raise self._bad("depth", "must be >= 1")
         if self.diagnostics_period <= 0:
-            raise bad("diagnostics_period", "must be > 0 seconds")
+            raise self._bad("diagnostics_period", "must be > 0 seconds")
         if self.transport not in TRANSPORTS:
-            raise bad("transport", f"choose one of {', '.join(TRANSPORTS)}")
+            raise self._bad("transport", f"choose one of {', '.join(TRANSPORTS)}")
         return self
 
-    def as_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
 
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> EncoderConfig:
-        known = {f.name: f for f in fields(cls)}
-        unknown = sorted(set(values) - set(known))
-        if unknown:
-            raise ConfigError(f"unknown parameter(s): {', '.join(unknown)}; known: {', '.join(known)}")
-        typed = {}
-        for key, value in values.items():
-            want = type(getattr(cls(), key))
-            try:
-                typed[key] = want(value)
-            except (TypeError, ValueError):
-                raise ConfigError(f"parameter {key}={value!r}: expected {want.__name__}") from None
-        return cls(**typed)
+VLM_BACKENDS = ("auto", "numpy", "cupy")
+
+
+@dataclass(frozen=True)
+class VlmConfig(NodeConfig):
+    features_topic: str = "/visual_features"
+    prompt_topic: str = "/vlm/prompt"
+    answer_topic: str = "/vlm/answer"
+    stream_topic: str = ""  # non-empty: each decoded piece is also published there (std_msgs/String)
+    llm: str = "tiny"  # a named config with random weights (tiny | tinyllama-1.1b) or a Hugging Face folder
+    tokenizer: str = ""  # tokenizer.json or its folder; empty: the checkpoint's, or the built-in one
+    projector: str = ""  # projector safetensors; empty: random init
+    embed_dim: int = 512  # width of the incoming embeddings (the encoder model's)
+    visual_tokens: int = 8
+    max_new_tokens: int = 32
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+    system_prompt: str = "You are a robot's vision assistant. Answer briefly about the camera image."
+    kv_blocks: int = 256
+    block_size: int = 16
+    backend: str = "auto"  # auto (cupy when a GPU is usable) | numpy | cupy
+    diagnostics_period: float = 1.0
+    transport: str = "auto"
+
+    def validate(self) -> VlmConfig:
+        for key in ("features_topic", "prompt_topic", "answer_topic"):
+            if not getattr(self, key) or " " in getattr(self, key):
+                raise self._bad(key, "must be a non-empty ROS topic name")
+        if " " in self.stream_topic:
+            raise self._bad("stream_topic", "must be a ROS topic name or empty")
+        for key in ("embed_dim", "visual_tokens", "max_new_tokens", "kv_blocks", "block_size"):
+            if getattr(self, key) < 1:
+                raise self._bad(key, "must be >= 1")
+        if self.temperature < 0:
+            raise self._bad("temperature", "must be >= 0 (0 = greedy)")
+        if not 0 < self.top_p <= 1:
+            raise self._bad("top_p", "must be in (0, 1]")
+        if self.backend not in VLM_BACKENDS:
+            raise self._bad("backend", f"choose one of {', '.join(VLM_BACKENDS)}")
+        if self.diagnostics_period <= 0:
+            raise self._bad("diagnostics_period", "must be > 0 seconds")
+        if self.transport not in TRANSPORTS:
+            raise self._bad("transport", f"choose one of {', '.join(TRANSPORTS)}")
+        return self
 
 
 def read_params_file(path: Path, node: str) -> dict[str, Any]:
@@ -110,4 +164,12 @@ def from_sources(config_file: Path | None, node: str, overrides: dict[str, Any],
     return cfg.validate()
 
 
-__all__ = ["ConfigError", "EncoderConfig", "add_arguments", "from_sources", "read_params_file", "replace"]
+__all__ = [
+    "ConfigError",
+    "EncoderConfig",
+    "VlmConfig",
+    "add_arguments",
+    "from_sources",
+    "read_params_file",
+    "replace",
+]

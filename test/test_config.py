@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from openclaw_vision.config import ConfigError, EncoderConfig, from_sources
-from openclaw_vision.ros.encoder_node import build_config
+from openclaw_vision.config import ConfigError, EncoderConfig, VlmConfig, from_sources
+from openclaw_vision.resources import share_path
+from openclaw_vision.ros.runner import build_config
 
 
 def test_file_then_flags_override_defaults(tmp_path):
@@ -17,9 +18,22 @@ def test_file_then_flags_override_defaults(tmp_path):
 
 def test_cli_flags_mirror_the_config_keys():
     cfg, _ = build_config(
-        ["--image-topic", "/cam/front", "--model", "tiny", "--reliability", "reliable", "--depth", "4"]
-    )
+        ["--image-topic", "/cam/front", "--model", "tiny", "--reliability", "reliable", "--depth", "4"],
+        "encoder", "encoder_node", EncoderConfig, "encoder.yaml",
+    )  # fmt: skip
     assert cfg == EncoderConfig(image_topic="/cam/front", model="tiny", reliability="reliable", depth=4)
+    vlm, _ = build_config(
+        ["--max-new-tokens", "9", "--temperature", "0.7", "--stream-topic", "/s", "--ros-args", "-r", "x:=y", "--"],
+        "vlm", "vlm_node", VlmConfig, "vlm.yaml",
+    )  # fmt: skip
+    assert vlm == VlmConfig(max_new_tokens=9, temperature=0.7, stream_topic="/s")
+
+
+def test_shipped_yaml_files_hold_every_key_with_the_defaults():
+    from openclaw_vision.config import read_params_file
+
+    assert read_params_file(share_path("config", "encoder.yaml"), "encoder_node") == EncoderConfig().as_dict()
+    assert read_params_file(share_path("config", "vlm.yaml"), "vlm_node") == VlmConfig().as_dict()
 
 
 @pytest.mark.parametrize(
@@ -37,6 +51,21 @@ def test_cli_flags_mirror_the_config_keys():
 def test_bad_values_are_rejected_naming_the_key(values, message):
     with pytest.raises(ConfigError, match=message):
         EncoderConfig.from_dict(values).validate()
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"top_p": 1.5}, r"parameter top_p=1.5: must be in \(0, 1\]"),
+        ({"temperature": -1.0}, "parameter temperature=-1.0: must be >= 0"),
+        ({"kv_blocks": 0}, "parameter kv_blocks=0: must be >= 1"),
+        ({"backend": "tpu"}, "parameter backend='tpu': choose one of auto, numpy, cupy"),
+        ({"prompt_topic": ""}, "parameter prompt_topic=''"),
+    ],
+)
+def test_bad_vlm_values_are_rejected_naming_the_key(values, message):
+    with pytest.raises(ConfigError, match=message):
+        VlmConfig.from_dict(values).validate()
 
 
 def test_a_params_file_without_the_node_section_is_an_error(tmp_path):

@@ -15,14 +15,10 @@ all of them.
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
-import signal
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from .. import config as cfgmod
@@ -30,10 +26,11 @@ from ..encoders import EncoderError, ImageEncoder, create_encoder
 from ..preprocess.cpu import CpuPreprocessor
 from ..preprocess.encodings import FrameError
 from ..preprocess.spec import PreprocessSpec
-from ..resources import default_model_path, share_path
+from ..resources import default_model_path
 from ..stats import Counters, LatestSlot, StageTimes
 from .convert import features_message, image_to_frame
 from .diagnostics import OK, WARN, diagnostic_array
+from .runner import Throttle, build_config, ros_overrides, run_until_signal
 from .transport import DEFAULT, DIAGNOSTIC_ARRAY, IMAGE, VISUAL_FEATURES, QoS, Transport, create_transport
 
 log = logging.getLogger("encoder_node")
@@ -42,20 +39,6 @@ NODE_NAME = "encoder_node"
 STATUS_NAME = f"{NODE_NAME}: pipeline"
 STAGES = ("deserialize", "queue", "preprocess", "encode", "publish")
 COUNTS = ("received", "encoded", "dropped", "rejected", "failed")
-
-
-class _Throttle:
-    """Log a repeated problem at most once per `period` seconds, with how often it happened."""
-
-    def __init__(self, period: float = 2.0) -> None:
-        self.period, self._last, self._n = period, 0.0, 0
-
-    def __call__(self, fn, text: str, *args) -> None:
-        self._n += 1
-        now = time.monotonic()
-        if now - self._last >= self.period:
-            fn(text + " (%d such since last report)", *args, self._n)
-            self._last, self._n = now, 0
 
 
 class EncoderNode:
@@ -68,8 +51,8 @@ class EncoderNode:
         self.times = StageTimes(STAGES)
         self._slot = LatestSlot()
         self._stop = threading.Event()
-        self._warn_reject = _Throttle()
-        self._warn_fail = _Throttle()
+        self._warn_reject = Throttle()
+        self._warn_fail = Throttle()
         self._features = transport.publisher(cfg.features_topic, VISUAL_FEATURES, DEFAULT)
         self._diag = transport.publisher("/diagnostics", DIAGNOSTIC_ARRAY, QoS("reliable", 1))
         image_qos = QoS(cfg.reliability, cfg.depth)
@@ -186,51 +169,19 @@ class EncoderNode:
             log.exception("final diagnostics failed")
 
 
-def build_config(argv: list[str]) -> tuple[cfgmod.EncoderConfig, argparse.Namespace]:
-    parser = argparse.ArgumentParser(prog="openclaw-vision encoder", description="Run the encoder node.")
-    parser.add_argument(
-        "--config", type=Path, default=None, help="ROS 2 parameters YAML (default: config/encoder.yaml)"
-    )
-    parser.add_argument(
-        "--stats-json", type=Path, default=None, help="write final counters and stage times here on exit"
-    )
-    parser.add_argument("--log-level", default="INFO")
-    cfgmod.add_arguments(parser)
-    args = parser.parse_args(argv)
-    config_file = args.config or share_path("config", "encoder.yaml")
-    overrides = {k: getattr(args, k) for k in cfgmod.EncoderConfig().as_dict()}
-    return cfgmod.from_sources(config_file, NODE_NAME, overrides), args
-
-
-def _strip_ros_args(argv: list[str]) -> list[str]:
-    """Drop `--ros-args ...` (added by ros2 launch); rclpy reads those itself."""
-    out, skipping = [], False
-    for a in argv:
-        if a == "--ros-args":
-            skipping = True
-        elif skipping and a == "--":
-            skipping = False
-        elif not skipping:
-            out.append(a)
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
-        cfg, args = build_config(_strip_ros_args(argv))
+        cfg, args = build_config(argv, "openclaw-vision encoder", NODE_NAME, cfgmod.EncoderConfig, "encoder.yaml")
     except cfgmod.ConfigError as err:
         print(f"encoder_node: configuration error: {err}", file=sys.stderr)
         return 2
     logging.basicConfig(level=args.log_level, format="[%(asctime)s] [%(name)s] %(levelname)s: %(message)s")
     transport = create_transport(cfg.transport, NODE_NAME)
-    if hasattr(transport, "declare_parameters"):  # ROS parameters override the file and flags
-        try:
-            cfg = cfgmod.EncoderConfig.from_dict(transport.declare_parameters(cfg.as_dict())).validate()
-        except cfgmod.ConfigError as err:
-            log.error("configuration error: %s", err)
-            transport.close()
-            return 2
+    cfg = ros_overrides(transport, cfg, log)
+    if cfg is None:
+        transport.close()
+        return 2
     model_path = cfg.model_path or str(default_model_path(cfg.model, cfg.precision))
     try:
         encoder = create_encoder(cfg.backend, model_path, cfg.threads)
@@ -238,17 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         log.error("%s", err)
         transport.close()
         return 2
-    node = EncoderNode(cfg, transport, encoder).start()
-    done = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: done.set())
-    done.wait()
-    node.stop()
-    stats = node.stats()
-    log.info("stopped: %s", json.dumps({k: stats[k] for k in (*COUNTS, "lost")}))
-    if args.stats_json:
-        args.stats_json.parent.mkdir(parents=True, exist_ok=True)
-        args.stats_json.write_text(json.dumps(stats, indent=2))
+    run_until_signal(EncoderNode(cfg, transport, encoder), args.stats_json, (*COUNTS, "lost"), log)
     transport.close()
     return 0
 

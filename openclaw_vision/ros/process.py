@@ -1,4 +1,4 @@
-"""Start and stop an encoder node as a child process (demo, benchmarks, tests)."""
+"""Start and stop a node (encoder or VLM) as a child process (demo, benchmarks, tests)."""
 
 from __future__ import annotations
 
@@ -12,15 +12,17 @@ from .cyclone import ensure_loopback_config
 
 
 class NodeProcess:
-    """`openclaw-vision encoder ...` in a subprocess, on loopback DDS, stopped with SIGINT."""
+    """`openclaw-vision <node> ...` (encoder or vlm) in a subprocess, on loopback DDS, stopped with SIGINT."""
 
-    def __init__(self, args: list[str], log_path: Path | None = None, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, args: list[str], log_path: Path | None = None, env: dict[str, str] | None = None, node: str = "encoder"
+    ) -> None:
         ensure_loopback_config()  # the child inherits CYCLONEDDS_URI
         full_env = {**os.environ, **(env or {})}
         self.log_path = log_path
         self._log = open(log_path, "w") if log_path else subprocess.DEVNULL  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "openclaw_vision.cli", "encoder", *args],
+            [sys.executable, "-m", "openclaw_vision.cli", node, *args],
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env=full_env,

@@ -1,0 +1,243 @@
+"""The VLM node: /visual_features + questions (std_msgs/String) in, stamped answers (VlmAnswer) out.
+
+Threads and data flow, one direction:
+
+    transport thread (features): keep the newest VisualFeatures (vector, header, model id)
+    transport thread (prompts):  pair the question with the newest features *at that moment*
+                                 and queue it (bounded); no features yet or queue full → rejected
+    worker thread:               queue → pipeline.ask (prefix shared per frame) → publish VlmAnswer
+                                 with the frame's header; pieces on stream_topic while decoding
+    diagnostics:                 counters and per-stage percentiles on /diagnostics
+
+Every question is counted once as answered, rejected (no features yet, busy, empty, or no KV
+room — with the reason logged) or failed (an unexpected error, logged). The node keeps running.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import queue
+import sys
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from .. import config as cfgmod
+from ..stats import Counters, StageTimes
+from .diagnostics import OK, WARN, diagnostic_array
+from .runner import Throttle, build_config, ros_overrides, run_until_signal
+from .transport import DEFAULT, DIAGNOSTIC_ARRAY, STRING, VISUAL_FEATURES, QoS, Transport, create_transport
+
+log = logging.getLogger("vlm_node")
+
+NODE_NAME = "vlm_node"
+STATUS_NAME = f"{NODE_NAME}: pipeline"
+VLM_ANSWER = "openclaw_vision/msg/VlmAnswer"
+STAGES = ("queue", "prefix", "prefill", "decode", "publish")
+COUNTS = ("features", "features_rejected", "prompts", "answered", "rejected", "failed")
+QUEUE_DEPTH = 8
+
+
+def pick_array_module(backend: str):
+    """NumPy, or CuPy when asked (or on `auto` when a CUDA device is usable)."""
+    if backend == "numpy":
+        return np
+    try:
+        import cupy
+
+        if cupy.cuda.runtime.getDeviceCount() > 0:
+            return cupy
+        reason = "no CUDA device"
+    except Exception as err:  # ImportError, or CUDA driver errors: fall back with the reason
+        reason = repr(err)
+    if backend == "cupy":
+        raise RuntimeError(f"backend cupy is not usable here: {reason}")
+    return np
+
+
+class VlmNode:
+    def __init__(self, cfg: cfgmod.VlmConfig, transport: Transport, pipeline) -> None:
+        self.cfg, self.transport, self.pipeline = cfg, transport, pipeline
+        self.counters = Counters(COUNTS)
+        self.times = StageTimes(STAGES)
+        self._latest: tuple | None = None  # (vector, header, model id, frame key)
+        self._lock = threading.Lock()
+        self._queue: queue.Queue = queue.Queue(maxsize=QUEUE_DEPTH)
+        self._stop = threading.Event()
+        self._warn = Throttle()
+        self._answers = transport.publisher(cfg.answer_topic, VLM_ANSWER, DEFAULT)
+        self._stream = transport.publisher(cfg.stream_topic, STRING, DEFAULT) if cfg.stream_topic else None
+        self._diag = transport.publisher("/diagnostics", DIAGNOSTIC_ARRAY, QoS("reliable", 1))
+        self._subs = [
+            transport.subscribe(cfg.features_topic, VISUAL_FEATURES, DEFAULT, self._on_features),
+            transport.subscribe(cfg.prompt_topic, STRING, DEFAULT, self._on_prompt),
+        ]
+        self._threads = [
+            threading.Thread(target=self._work, name="vlm-worker", daemon=True),
+            threading.Thread(target=self._report, name="diagnostics", daemon=True),
+        ]
+
+    # transport threads ------------------------------------------------------------------
+    def _on_features(self, msg: Any, _deserialize_s: float) -> None:
+        self.counters.inc("features")
+        vec = np.asarray(msg.embedding, dtype=np.float32)
+        if vec.shape != (self.cfg.embed_dim,) or not np.isfinite(vec).all():
+            self.counters.inc("features_rejected")
+            self._warn(log.warning, "rejected features: %d values (expected %d finite)", vec.size, self.cfg.embed_dim)
+            return
+        key = (int(msg.header.stamp.sec), int(msg.header.stamp.nanosec), str(msg.header.frame_id),
+               hashlib.blake2b(vec.tobytes(), digest_size=8).hexdigest())  # fmt: skip
+        with self._lock:
+            self._latest = (vec, msg.header, str(msg.model_id), key)
+
+    def _on_prompt(self, msg: Any, _deserialize_s: float) -> None:
+        self.counters.inc("prompts")
+        with self._lock:
+            latest = self._latest
+        text = str(msg.data)
+        if latest is None:
+            return self._reject(f"no {self.cfg.features_topic} received yet", text)
+        if not text.strip():
+            return self._reject("empty prompt", text)
+        try:
+            self._queue.put_nowait((text, latest, time.perf_counter()))
+        except queue.Full:
+            self._reject(f"busy: {QUEUE_DEPTH} questions already waiting", text)
+
+    def _reject(self, why: str, text: str) -> None:
+        self.counters.inc("rejected")
+        log.warning("rejected prompt %r: %s", text[:80], why)
+
+    # worker thread ----------------------------------------------------------------------
+    def _work(self) -> None:
+        while not self._stop.is_set():
+            try:
+                item = self._queue.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            self._answer(*item)
+
+    def _answer(self, text: str, latest: tuple, queued_at: float) -> None:
+        from ..vlm.kv_cache import OutOfBlocks
+
+        vec, header, features_model, key = latest
+        t0 = time.perf_counter()
+        self.times.add("queue", t0 - queued_at)
+        stream = self._stream_piece if self._stream else None
+        try:
+            ans = self.pipeline.ask(vec, key, text, on_token=stream)
+        except (OutOfBlocks, ValueError) as err:
+            return self._reject(str(err), text)
+        except Exception as err:  # keep serving; the counter and the log make it visible
+            self.counters.inc("failed")
+            log.error("answering %r failed: %r", text[:80], err)
+            return
+        t1 = time.perf_counter()
+        cls = self.transport.msg(VLM_ANSWER)
+        t = ans.timings_ms
+        self._answers.publish(
+            cls(header=header, prompt=text, answer=ans.text, model_id=self.pipeline.model.model_id,
+                features_model_id=features_model, prompt_tokens=ans.prompt_tokens, answer_tokens=len(ans.tokens),
+                stop_reason=ans.stop, prefix_reused=ans.prefix_reused, prefix_ms=t["prefix"], prefill_ms=t["prefill"],
+                decode_ms=t["decode"], total_ms=(t1 - queued_at) * 1e3)
+        )  # fmt: skip
+        for stage in ("prefix", "prefill", "decode"):
+            self.times.add(stage, t[stage] / 1e3)
+        self.times.add("publish", time.perf_counter() - t1)
+        self.counters.inc("answered")
+
+    def _stream_piece(self, piece: str) -> None:
+        self._stream.publish(self.transport.msg(STRING)(data=piece))
+
+    # diagnostics and lifecycle ----------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        return {
+            **self.counters.snapshot(),
+            "stages_ms": self.times.summary(),
+            "model": self.pipeline.model.model_id,
+            "array_module": self.pipeline.model.xp.__name__,
+            "kv_blocks_free": self.pipeline.manager.num_free,
+            "transport": self.transport.name,
+        }
+
+    def publish_diagnostics(self) -> None:
+        st = self.stats()
+        values = {k: st[k] for k in (*COUNTS, "model", "array_module", "kv_blocks_free", "transport")}
+        for stage, summ in st["stages_ms"].items():
+            for key in ("p50", "p95", "p99", "mean"):
+                values[f"{stage}_ms_{key}"] = f"{summ[key]:.3f}"
+        bad = st["rejected"] + st["failed"] + st["features_rejected"]
+        level, msg = (WARN, f"{bad} prompts/features rejected or failed") if bad else (OK, "answering")
+        self._diag.publish(diagnostic_array(self.transport, STATUS_NAME, level, msg, values))
+
+    def _report(self) -> None:
+        while not self._stop.wait(self.cfg.diagnostics_period):
+            try:
+                self.publish_diagnostics()
+            except Exception:
+                log.exception("publishing diagnostics failed")
+
+    def start(self) -> VlmNode:
+        for t in self._threads:
+            t.start()
+        log.info(
+            "ready: %s + %s -> %s, model %s on %s, transport %s",
+            self.cfg.features_topic, self.cfg.prompt_topic, self.cfg.answer_topic,
+            self.pipeline.model.model_id, self.pipeline.model.xp.__name__, self.transport.name,
+        )  # fmt: skip
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=30)
+        try:
+            self.publish_diagnostics()
+        except Exception:
+            log.exception("final diagnostics failed")
+
+
+def build_pipeline(cfg: cfgmod.VlmConfig):
+    from pathlib import Path
+
+    from ..vlm.pipeline import VlmPipeline, load_vlm
+    from ..vlm.sampling import Sampling
+
+    xp = pick_array_module(cfg.backend)
+    model = load_vlm(
+        cfg.llm, cfg.embed_dim, cfg.visual_tokens, Path(cfg.tokenizer) if cfg.tokenizer else None,
+        Path(cfg.projector) if cfg.projector else None, cfg.seed, xp,
+    )  # fmt: skip
+    sampling = Sampling(cfg.temperature, cfg.top_p, cfg.seed)
+    return VlmPipeline(model, cfg.kv_blocks, cfg.block_size, sampling, cfg.max_new_tokens, cfg.system_prompt)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        cfg, args = build_config(argv, "openclaw-vision vlm", NODE_NAME, cfgmod.VlmConfig, "vlm.yaml")
+    except cfgmod.ConfigError as err:
+        print(f"vlm_node: configuration error: {err}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=args.log_level, format="[%(asctime)s] [%(name)s] %(levelname)s: %(message)s")
+    transport = create_transport(cfg.transport, NODE_NAME)
+    cfg = ros_overrides(transport, cfg, log)
+    if cfg is None:
+        transport.close()
+        return 2
+    try:
+        pipeline = build_pipeline(cfg)
+    except Exception as err:  # missing files, bad checkpoints, wrong shapes: say which and stop
+        log.error("cannot load the VLM: %s", err)
+        transport.close()
+        return 2
+    run_until_signal(VlmNode(cfg, transport, pipeline), args.stats_json, COUNTS, log)
+    transport.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
