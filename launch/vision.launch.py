@@ -1,37 +1,60 @@
-"""ros2 launch openclaw_vision vision.launch.py image_topic:=/camera/image_raw
+"""ros2 launch openclaw_vision vision.launch.py image_topic:=/camera/image_raw [enable_vlm:=true]
 
-Starts the encoder node with config/encoder.yaml; the arguments below override its keys.
+Starts the encoder node with config/encoder.yaml, and with enable_vlm:=true the VLM node with
+config/vlm.yaml (questions on /vlm/prompt, answers on /vlm/answer). The arguments below
+override the files' keys.
 """
 
 from launch.actions import DeclareLaunchArgument
+from launch.conditions import IfCondition
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import Node
 from launch_ros.substitutions import FindPackageShare
 
 from launch import LaunchDescription
 
-# launch argument -> (encoder node parameter, default). Defaults match config/encoder.yaml.
-OVERRIDES = {
+# launch argument -> (node parameter, default). Defaults match config/encoder.yaml and config/vlm.yaml.
+ENCODER_OVERRIDES = {
     "image_topic": "/camera/image_raw",
     "features_topic": "/visual_features",
     "model": "ViT-B-32",
     "backend": "auto",
     "precision": "int8",
 }
+VLM_OVERRIDES = {
+    "llm": "tiny",
+    "prompt_topic": "/vlm/prompt",
+    "answer_topic": "/vlm/answer",
+    "max_new_tokens": "32",
+}
+
+
+def _share(name: str) -> PathJoinSubstitution:
+    return PathJoinSubstitution([FindPackageShare("openclaw_vision"), "config", name])
 
 
 def generate_launch_description() -> LaunchDescription:
-    config = DeclareLaunchArgument(
-        "config",
-        default_value=PathJoinSubstitution([FindPackageShare("openclaw_vision"), "config", "encoder.yaml"]),
-        description="ROS 2 parameters file for the encoder node",
-    )
-    args = [DeclareLaunchArgument(name, default_value=default) for name, default in OVERRIDES.items()]
+    declared = [
+        DeclareLaunchArgument("config", default_value=_share("encoder.yaml"), description="encoder parameters file"),
+        DeclareLaunchArgument("vlm_config", default_value=_share("vlm.yaml"), description="VLM parameters file"),
+        DeclareLaunchArgument("enable_vlm", default_value="false", description="also start the VLM node"),
+    ]
+    declared += [DeclareLaunchArgument(n, default_value=d) for n, d in {**ENCODER_OVERRIDES, **VLM_OVERRIDES}.items()]
     encoder = Node(
         package="openclaw_vision",
         executable="encoder_node",
         name="encoder_node",
         output="screen",
-        parameters=[LaunchConfiguration("config"), {name: LaunchConfiguration(name) for name in OVERRIDES}],
+        parameters=[LaunchConfiguration("config"), {n: LaunchConfiguration(n) for n in ENCODER_OVERRIDES}],
     )
-    return LaunchDescription([config, *args, encoder])
+    vlm_params = {n: LaunchConfiguration(n) for n in VLM_OVERRIDES}
+    vlm_params["features_topic"] = LaunchConfiguration("features_topic")
+    vlm = Node(
+        package="openclaw_vision",
+        executable="vlm_node",
+        name="vlm_node",
+        output="screen",
+        parameters=[LaunchConfiguration("vlm_config"), vlm_params],
+        condition=IfCondition(LaunchConfiguration("enable_vlm")),
+    )
+    return LaunchDescription([*declared, encoder, vlm])

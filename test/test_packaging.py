@@ -7,7 +7,9 @@ import os
 import re
 from pathlib import Path
 
-from openclaw_vision.config import EncoderConfig
+import pytest
+
+from openclaw_vision.config import EncoderConfig, VlmConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,24 +67,26 @@ def test_setup_py_installs_every_launch_config_and_msg_file(monkeypatch):
     assert "resource/openclaw_vision" in installed
 
 
-def test_launch_file_arguments_are_encoder_parameters():
+@pytest.mark.parametrize(("table", "cls"), [("ENCODER_OVERRIDES", EncoderConfig), ("VLM_OVERRIDES", VlmConfig)])
+def test_launch_file_arguments_are_node_parameters_with_their_defaults(table, cls):
     tree = ast.parse((ROOT / "launch" / "vision.launch.py").read_text())
     overrides = next(
-        n.value for n in ast.walk(tree) if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "OVERRIDES"
+        n.value for n in ast.walk(tree) if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == table
     )
     launch_defaults = ast.literal_eval(overrides)
-    assert "image_topic" in launch_defaults
-    defaults = EncoderConfig().as_dict()
+    defaults = cls().as_dict()
     for key, value in launch_defaults.items():
-        assert key in defaults, f"launch argument {key} is not an encoder parameter"
-        assert defaults[key] == value, f"launch default for {key} differs from the node's"
+        assert key in defaults, f"launch argument {key} is not a {cls.__name__} parameter"
+        assert str(defaults[key]) == value, f"launch default for {key} differs from the node's"
+    text = (ROOT / "launch" / "vision.launch.py").read_text()
+    assert 'DeclareLaunchArgument("enable_vlm", default_value="false"' in text and 'executable="vlm_node"' in text
 
 
-def test_shipped_config_file_holds_the_node_defaults():
+def test_shipped_config_files_hold_the_node_defaults():
     from openclaw_vision.config import read_params_file
 
-    params = read_params_file(ROOT / "config" / "encoder.yaml", "encoder_node")
-    assert params == EncoderConfig().as_dict()
+    assert read_params_file(ROOT / "config" / "encoder.yaml", "encoder_node") == EncoderConfig().as_dict()
+    assert read_params_file(ROOT / "config" / "vlm.yaml", "vlm_node") == VlmConfig().as_dict()
 
 
 def test_loopback_dds_config_stays_on_this_machine():
