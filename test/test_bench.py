@@ -68,3 +68,24 @@ def test_quick_bench_writes_json_markdown_and_plots(tiny_model, tmp_path, dds_do
     for f in ("bench.md", "latency_cdf.png", "node_stages.png"):
         assert (out / f).stat().st_size > 0
     assert "| preprocess/ours-cpu | 1 |" in (out / "bench.md").read_text()
+
+
+@pytest.mark.vlm
+def test_vlm_bench_writes_the_variants_and_top_level_metrics(tmp_path):
+    res = subprocess.run(
+        [sys.executable, "-m", "openclaw_vision.cli", "bench", "--mode", "vlm", "--quick", "--llm-shape", "tiny",
+         "--out", str(tmp_path / "vlm"), "--json", str(tmp_path / "v.json")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    result = json.loads((tmp_path / "v.json").read_text())
+    names = {v["name"] for v in result["variants"]}
+    assert names == {"prefill/ours", "prefill/transformers", "decode/ours", "decode/transformers"}
+    for v in result["variants"]:
+        assert v["throughput"] > 0 and v["tokens_per_call"] > 0 and v["shape"] == "tiny"
+        if v["name"].endswith("/ours"):
+            assert v["baseline"].endswith("/transformers") and v["speedup_vs_baseline"] > 0
+    assert result["roofline_fraction"] > 0 and result["vlm_roofline"]["copy_bandwidth_gbs"] > 0
+    assert 0 <= result["kv_waste_fraction"] < result["contiguous_waste_fraction"]
+    assert 0 < result["prefix_sharing_saving"] < 1
+    assert "Prefix sharing" in (tmp_path / "vlm" / "bench.md").read_text()

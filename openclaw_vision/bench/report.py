@@ -75,13 +75,15 @@ def markdown(result: dict) -> str:
         f"Host: {result['host']['cpu']}, {result['host']['cores']} cores. Model {result.get('model')}, "
         f"backend {result.get('backend')}, precision {result.get('precision')}.",
         "",
-        "| variant | batch | P50 ms | P95 ms | P99 ms | throughput (img/s) | n | vs baseline |",
+        "| variant | batch | P50 ms | P95 ms | P99 ms | throughput (img/s; tokens/s for prefill/decode) | n "
+        "| vs baseline |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for v in result.get("variants", []):
         ratio = f"{v['speedup_vs_baseline']}x vs {v['baseline']}" if "speedup_vs_baseline" in v else ""
+        name = f"{v['name']} ({v['shape']})" if "shape" in v else v["name"]
         lines.append(
-            f"| {v['name']} | {v.get('batch', 1)} | {v['p50_ms']:.2f} | {v['p95_ms']:.2f} | {v['p99_ms']:.2f} "
+            f"| {name} | {v.get('batch', 1)} | {v['p50_ms']:.2f} | {v['p95_ms']:.2f} | {v['p99_ms']:.2f} "
             f"| {v['throughput']:.1f} | {v['n']} | {ratio} |"
         )
     if result.get("node"):
@@ -100,6 +102,20 @@ def markdown(result: dict) -> str:
             f"Roofline: {r['model_gflops_per_image']} GFLOP/image; "
             f"FP32 GEMM peak {r['gemm_peak_gflops_fp32']} GFLOP/s; "
             f"encoder {r['encoder_achieved_gflops']} GFLOP/s = {r['fraction_of_peak']:.0%} of peak.",
+        ]
+    if "roofline_fraction" in result:
+        r = result["vlm_roofline"]
+        lines += [
+            "",
+            f"VLM decode roofline ({r['shape']}, {r['dtype']}): {r['weight_bytes_per_token'] / 1e9:.2f} GB of "
+            f"weights per token / {r['copy_bandwidth_gbs']} GB/s copy bandwidth = "
+            f"{r['roofline_decode_tokens_per_s']} tokens/s; "
+            f"ours reaches {result['roofline_fraction']:.0%} of it ({r['fraction_of_gemv_stream']:.0%} of a plain "
+            f"GEMV weight stream at {r['gemv_read_bandwidth_gbs']} GB/s).",
+            f"Paged KV waste {result['kv_waste_fraction']:.1%} vs contiguous {result['contiguous_waste_fraction']:.1%} "
+            f"({result['mix']}).",
+            f"Prefix sharing: {result['prefix_sharing_saving']:.0%} of prefill tokens and "
+            f"{result['prefix_sharing_time_saving']:.0%} of the time saved ({result['prefix_sharing_setup']}).",
         ]
     if result.get("goals"):
         lines += ["", "| goal | measured | met |", "|---|---|---|"]

@@ -10,14 +10,15 @@ from ..build import ensure_fp32, ensure_int8
 from . import report
 from .harness import host_info, versions
 
-MODES = ("stages", "node", "roofline", "all")
+MODES = ("stages", "node", "roofline", "all", "vlm")  # "all" = the encoder modes; vlm runs alone
 
 
 def run_bench(args: argparse.Namespace) -> dict:
     t0 = time.perf_counter()
-    model_path = ensure_fp32(args.model, args.model_path)
-    int8_path = args.int8_model_path or ensure_int8(args.model, fp32_path=args.model_path)
     modes = ("stages", "node", "roofline") if args.mode == "all" else (args.mode,)
+    if set(modes) & {"stages", "node", "roofline"}:
+        model_path = ensure_fp32(args.model, args.model_path)
+        int8_path = args.int8_model_path or ensure_int8(args.model, fp32_path=args.model_path)
     result: dict = {
         "mode": args.mode,
         "quick": args.quick,
@@ -59,6 +60,13 @@ def run_bench(args: argparse.Namespace) -> dict:
             enc.encode(x)
             images_per_s = 8 / (time.perf_counter() - t)
         result["roofline"] = run_roofline(args.model.split("@")[0], images_per_s, args.quick)
+    if "vlm" in modes:
+        from .vlm import run_vlm
+
+        vlm = run_vlm(args.quick, args.llm_shape)
+        result["variants"] += vlm.pop("variants")
+        result.update(vlm)
+        result["model"], result["precision"], result["backend"] = f"{args.llm_shape} and tiny", "float32", "numpy"
     result["goals"] = report.goals(result)
     result["seconds"] = round(time.perf_counter() - t0, 1)
     report.write(result, args.out, args.json)
@@ -72,6 +80,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model-path", type=Path, default=None, help="FP32 ONNX export (default: built for --model)")
     p.add_argument(
         "--int8-model-path", type=Path, default=None, help="INT8 model (default: quantised from sample frames)"
+    )
+    p.add_argument(
+        "--llm-shape", default="tinyllama-1.1b", help="vlm mode: the full-size language model shape (random weights)"
     )
     p.add_argument("--out", type=Path, default=Path("out/bench"), help="folder for bench.json, bench.md and plots")
     p.add_argument("--json", type=Path, default=None, help="also write the JSON here")

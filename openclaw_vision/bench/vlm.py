@@ -1,0 +1,273 @@
+"""`vlm` mode: prefill and decode tokens/s, ours vs Hugging Face transformers, KV waste, prefix sharing.
+
+Both decoders get the same config, the same (random) weights and the same token ids; ours runs
+over the paged KV cache, transformers' LlamaForCausalLM over its own cache (what a user would
+run instead). Shapes: TinyLlama-1.1B (the real one) and the tiny test shape. Also:
+
+- roofline_fraction: decode is memory-bound — every token reads every weight once. The roofline
+  is (weight bytes per token) ÷ (measured copy bandwidth, STREAM-style: bytes read + written);
+  the fraction is roofline time per token ÷ our measured time per token at the real shape
+  (details under `vlm_roofline`).
+- kv_waste_fraction: KV slots allocated but unused by the paged cache for a realistic mix of
+  requests (one frame's prompt + a question + an answer of varying length), against the same
+  requests in contiguous buffers reserved for prompt + max_new_tokens (`contiguous_waste_fraction`).
+- prefix_sharing_saving: share of prefill tokens not recomputed when N questions are asked about
+  one frame (the image-and-system prefix is prefilled once), with the measured prefill time saving.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..vlm.config import LlamaConfig, get_llm_config, hf_config_dict
+from ..vlm.decoder import LlamaDecoder, PagedKVCache
+from ..vlm.kv_cache import BlockManager
+from ..vlm.weights import from_hf_llama, place
+from .harness import Variant, summarise
+
+
+def hf_state(cfg: LlamaConfig, seed: int = 0, std: float = 0.02) -> dict[str, np.ndarray]:
+    """Random float32 weights under Hugging Face's names. Tiled from one 16M-value draw: drawing
+    1.1 billion normals takes ~20 s here, and speed does not depend on the values."""
+    rng = np.random.default_rng(seed)
+    pool = rng.standard_normal(1 << 24, dtype=np.float32) * np.float32(std)
+    out, offset = {}, 0
+    h, i = cfg.hidden, cfg.intermediate
+    shapes = {"model.embed_tokens.weight": (cfg.vocab_size, h), "model.norm.weight": (h,),
+              "lm_head.weight": (cfg.vocab_size, h)}  # fmt: skip
+    for n in range(cfg.layers):
+        p = f"model.layers.{n}."
+        shapes |= {
+            p + "self_attn.q_proj.weight": (cfg.heads * cfg.head_dim, h),
+            p + "self_attn.k_proj.weight": (cfg.kv_heads * cfg.head_dim, h),
+            p + "self_attn.v_proj.weight": (cfg.kv_heads * cfg.head_dim, h),
+            p + "self_attn.o_proj.weight": (h, cfg.heads * cfg.head_dim),
+            p + "mlp.gate_proj.weight": (i, h),
+            p + "mlp.up_proj.weight": (i, h),
+            p + "mlp.down_proj.weight": (h, i),
+            p + "input_layernorm.weight": (h,),
+            p + "post_attention_layernorm.weight": (h,),
+        }
+    for name, shape in shapes.items():
+        if name.endswith("norm.weight"):
+            out[name] = np.ones(shape, np.float32)
+            continue
+        size = int(np.prod(shape))
+        out[name] = np.resize(np.roll(pool, -offset), size).reshape(shape)
+        offset = (offset + 7919) % pool.size
+    return out
+
+
+def transformers_model(cfg: LlamaConfig, state: dict[str, np.ndarray]):
+    """LlamaForCausalLM with these exact weights (shared memory, no copy), eval mode."""
+    import torch
+    import transformers
+
+    conf = {k: v for k, v in hf_config_dict(cfg).items() if k not in ("architectures", "model_type")}
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**conf))
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()}, strict=True, assign=True)
+    model.model.rotary_emb = type(model.model.rotary_emb)(config=model.config)  # its tables were on meta
+    return model.eval()
+
+
+def _ours_prefill(dec: LlamaDecoder, cache: PagedKVCache, ids: np.ndarray) -> None:
+    cache.manager.allocate("bench", [("p", i) for i in range(len(ids))])  # unique keys: no prefix reuse
+    try:
+        dec.forward(cache, "bench", dec.embed(ids), 0)
+    finally:
+        cache.manager.free("bench")
+
+
+def _ours_decode(dec: LlamaDecoder, cache: PagedKVCache, ids: np.ndarray, steps: int) -> float:
+    """Prefill untimed, then `steps` greedy decode steps; returns the decode seconds."""
+    cache.manager.allocate("bench", [("d", i) for i in range(len(ids))])
+    try:
+        logits = dec.forward(cache, "bench", dec.embed(ids), 0)
+        t0 = time.perf_counter()
+        pos = len(ids)
+        for _ in range(steps):
+            tok = int(np.argmax(logits))
+            cache.manager.append("bench", ("d", pos))
+            logits = dec.forward(cache, "bench", dec.embed([tok]), pos)
+            pos += 1
+        return time.perf_counter() - t0
+    finally:
+        cache.manager.free("bench")
+
+
+def _hf_prefill(model, ids) -> None:
+    import torch
+
+    with torch.inference_mode():
+        model(ids, use_cache=True)
+
+
+def _cache_name(model) -> str:
+    """transformers renamed `past_key_values` to `cache` (5.2x); take whichever this version has."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def _hf_decode(model, ids, steps: int) -> float:
+    import torch
+
+    name = _cache_name(model)
+    with torch.inference_mode():
+        out = model(ids, use_cache=True)
+        past, logits = getattr(out, name), out.logits[:, -1]
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            tok = logits.argmax(-1, keepdim=True)
+            out = model(tok, use_cache=True, **{name: past})
+            past, logits = getattr(out, name), out.logits[:, -1]
+        return time.perf_counter() - t0
+
+
+def shape_variants(name: str, prompt: int, steps: int, rounds: int) -> tuple[list[dict], dict]:
+    """The four variants at one shape, interleaved round by round in a shuffled order.
+
+    Each call returns its own measured seconds: a prefill call is timed whole; a decode call
+    times only its `steps` decode steps (the prefill it needs first is not counted).
+    """
+    import random
+
+    import torch
+
+    cfg = get_llm_config(name)
+    state = hf_state(cfg)
+    hf = transformers_model(cfg, state)
+    dec = LlamaDecoder(cfg, place(from_hf_llama(dict(state), cfg)))
+    cache = PagedKVCache.for_tokens(cfg, prompt + steps + 16)
+    ids = np.random.default_rng(1).integers(3, cfg.vocab_size, prompt)
+    tids = torch.tensor(ids)[None]
+    calls = {
+        "prefill/transformers": lambda: _time(lambda: _hf_prefill(hf, tids)),
+        "prefill/ours": lambda: _time(lambda: _ours_prefill(dec, cache, ids)),
+        "decode/transformers": lambda: _hf_decode(hf, tids, steps),
+        "decode/ours": lambda: _ours_decode(dec, cache, ids, steps),
+    }
+    variants = [Variant(n, fn, group=n.split("/")[0], baseline=n.endswith("transformers")) for n, fn in calls.items()]
+    for v in variants:
+        v.fn()  # warm-up
+    rng = random.Random(0)
+    for _ in range(rounds):
+        order = list(variants)
+        rng.shuffle(order)
+        for v in order:
+            ms = v.fn() * 1e3
+            v.samples_ms.append(ms)
+            v.round_p50_ms.append(ms)
+    records = summarise(variants)
+    for r in records:
+        tokens = prompt if r["name"].startswith("prefill") else steps
+        r["shape"], r["tokens_per_call"] = name, tokens
+        r["throughput"] = round(tokens / (r["p50_ms"] / 1e3), 2)  # tokens/s
+        r.pop("samples_ms", None)
+    return records, {"cfg": cfg}
+
+
+def gemv_read_bandwidth_gbs(mb: int = 512, repeats: int = 5) -> float:
+    """Weight-streaming rate of a float32 matrix-vector product (BLAS, all threads): decode's own pattern."""
+    rows = mb * 1024 * 1024 // 4 // 4096
+    w = np.ones((rows, 4096), np.float32)
+    x = np.ones(4096, np.float32)
+    best = min(_time(lambda: w @ x) for _ in range(repeats))
+    return w.nbytes / best / 1e9
+
+
+def copy_bandwidth_gbs(mb: int = 512, repeats: int = 5) -> float:
+    a = np.ones(mb * 1024 * 1024 // 4, np.float32)
+    b = np.ones_like(a)
+    best = min(_time(lambda: np.copyto(b, a)) for _ in range(repeats))
+    return 2 * a.nbytes / best / 1e9
+
+
+def _time(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def kv_waste(block_size: int = 16, max_new_tokens: int = 128, requests: int = 400, seed: int = 0) -> dict:
+    """Paged vs contiguous KV slots for a realistic mix: prompt ≈ 90 ± questions, answers 4…max_new."""
+    rng = np.random.default_rng(seed)
+    prompts = 81 + rng.integers(8, 40, requests)  # system + image prefix (81 here) + a question
+    answers = np.minimum(rng.geometric(1 / 40, requests) + 3, max_new_tokens)
+    m = BlockManager(num_blocks=int((prompts + answers).sum() // block_size + requests + 1), block_size=block_size)
+    used = allocated = 0
+    for i, (p, a) in enumerate(zip(prompts, answers, strict=True)):
+        m.allocate(i, [("r", i, j) for j in range(p + a)])
+        used += int(p + a)
+        allocated += len(m.table(i)) * block_size
+    contiguous = int((prompts + max_new_tokens).sum())
+    return {
+        "kv_waste_fraction": round(1 - used / allocated, 4),
+        "contiguous_waste_fraction": round(1 - used / contiguous, 4),
+        "mix": f"{requests} requests, prompt {int(prompts.min())}-{int(prompts.max())}, answers "
+        f"{int(answers.min())}-{int(answers.max())} (mean {answers.mean():.0f}) tokens, block {block_size}, "
+        f"contiguous = prompt + max_new_tokens {max_new_tokens}",
+    }
+
+
+def prefix_sharing(questions: int, llm: str) -> dict:
+    """N questions about one frame: shared prefix vs each question on its own (prefill tokens and time)."""
+    from ..vlm.pipeline import VlmPipeline, load_vlm
+
+    model = load_vlm(llm, embed_dim=512, visual_tokens=8)
+    feats = np.random.default_rng(0).standard_normal(512).astype(np.float32)
+    asked = [f"Question {i}: what is on the left side?" for i in range(questions)]
+
+    def run(shared: bool) -> tuple[int, float]:
+        pipe = VlmPipeline(model, kv_blocks=64 * questions, max_new_tokens=1)
+        computed, t0 = 0, time.perf_counter()
+        for i, q in enumerate(asked):
+            ans = pipe.ask(feats, "frame" if shared else f"frame-{i}", q)
+            computed += ans.prompt_tokens - (ans.prefix_tokens if ans.prefix_reused else 0)
+        return computed, time.perf_counter() - t0
+
+    run(True)  # warm-up
+    shared_tokens, shared_s = run(True)
+    alone_tokens, alone_s = run(False)
+    return {
+        "prefix_sharing_saving": round(1 - shared_tokens / alone_tokens, 4),
+        "prefix_sharing_time_saving": round(1 - shared_s / alone_s, 4),
+        "prefix_sharing_setup": f"{questions} questions about one frame, {llm} shape, prefill tokens "
+        f"{shared_tokens} shared vs {alone_tokens} alone; prefill + 1 token {shared_s * 1e3:.1f} ms vs "
+        f"{alone_s * 1e3:.1f} ms",
+    }
+
+
+def run_vlm(quick: bool, real: str = "tinyllama-1.1b") -> dict:
+    """`real`: the full-size shape (TinyLlama-1.1B; tests pass the tiny one to stay small)."""
+    tiny = "tiny"
+    records_real, info = shape_variants(real, prompt=64 if quick else 128, steps=6 if quick else 16,
+                                        rounds=1 if quick else 3)  # fmt: skip
+    records_tiny, _ = shape_variants(tiny, prompt=64, steps=32, rounds=3 if quick else 10)
+    bandwidth, gemv = copy_bandwidth_gbs(), gemv_read_bandwidth_gbs()
+    cfg: LlamaConfig = info["cfg"]
+    weight_bytes = cfg.param_count() * 4
+    ours_decode = next(r for r in records_real if r["name"] == "decode/ours")
+    roofline_tps = bandwidth * 1e9 / weight_bytes
+    return {
+        "variants": records_real + records_tiny,
+        "roofline_fraction": round(ours_decode["throughput"] / roofline_tps, 3),
+        "vlm_roofline": {
+            "copy_bandwidth_gbs": round(bandwidth, 1),
+            "gemv_read_bandwidth_gbs": round(gemv, 1),
+            "fraction_of_gemv_stream": round(ours_decode["throughput"] * weight_bytes / (gemv * 1e9), 3),
+            "note": "copy bandwidth counts bytes read + written (STREAM); a read-only weight stream (GEMV) "
+            "can run faster, so the copy roofline can be exceeded",
+            "weight_bytes_per_token": weight_bytes,
+            "roofline_decode_tokens_per_s": round(roofline_tps, 2),
+            "shape": real,
+            "dtype": "float32",
+        },
+        **kv_waste(),
+        **prefix_sharing(4 if quick else 8, tiny if quick else real),
+        "llm_shapes": {real: get_llm_config(real).to_dict(), tiny: get_llm_config(tiny).to_dict()},
+        "weights": "random (speed does not depend on the values)",
+    }
