@@ -31,7 +31,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_quantize(args: argparse.Namespace) -> int:
-    from .build import ensure_fp32
+    from .build import ensure_fp32, int8_path_for
     from .models.configs import canonical_name
     from .quant.data import CalibrationDataError
     from .quant.evaluate import GateSpec
@@ -44,7 +44,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
         opts = QuantOptions(
             fp32_model=fp32,
             calib=args.calib,
-            out=args.out or default_model_path(model, "int8"),
+            out=args.out or (int8_path_for(fp32) if args.model_path else default_model_path(model, "int8")),
             report=args.report,
             topic=args.topic,
             limit=args.limit,
@@ -222,7 +222,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--calib", type=Path, required=True, help="rosbag2 directory (any image topic) or image folder")
     p.add_argument("--topic", default=None, help="image topic in the bag (default: its first)")
     p.add_argument("--limit", type=int, default=0, help="use at most this many frames")
-    p.add_argument("--out", type=Path, default=None, help="default: ~/.cache/openclaw_vision/models/<model>.int8.onnx")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="default: ~/.cache/openclaw_vision/models/<model>.int8.onnx, or beside --model-path",
+    )
     p.add_argument("--report", type=Path, default=Path("out/quant"), help="folder for report.md/json and plots")
     p.add_argument("--method", choices=("minmax", "percentile", "entropy"), default="percentile")
     p.add_argument("--percentile", type=float, default=99.99)

@@ -298,3 +298,16 @@ def test_partition_keeps_the_outlier_layer_in_float_and_passes(outlier_model, sa
     assert worst_alone["label"] == "block1.mlp_fc"  # the layer reading the outlier channel
     assert r["trials"][0]["keep_float"] == 0 and not r["trials"][0]["passed"]
     assert r["kept_float_labels"] == ["block1.mlp_fc"] and r["passed"]
+
+
+def test_default_output_goes_beside_the_given_fp32_model(tiny_model, sample_bag, tmp_path):
+    import shutil
+
+    from openclaw_vision.resources import default_model_path
+
+    fp32 = shutil.copy(tiny_model, tmp_path / "mine.fp32.onnx")
+    res = _quantize("--model-path", str(fp32), "--calib", str(sample_bag), "--report", str(tmp_path / "r"),
+                    "--no-sensitivity", "--no-memory")  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert (tmp_path / "mine.int8.onnx").is_file()
+    assert not default_model_path("ViT-B-32", "int8").exists()  # the data-home default is left alone

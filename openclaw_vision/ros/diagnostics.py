@@ -24,6 +24,15 @@ def diagnostic_array(transport: Transport, name: str, level: int, message: str, 
     return transport.msg(DIAGNOSTIC_ARRAY)(header=header, status=[status])
 
 
+def stage_values(stages_ms: dict[str, dict[str, float]]) -> dict[str, str]:
+    """Per-stage percentiles as flat diagnostic key/values: `<stage>_ms_p50`, …_p95, …_p99, …_mean."""
+    return {
+        f"{stage}_ms_{key}": f"{summ[key]:.3f}"
+        for stage, summ in stages_ms.items()
+        for key in ("p50", "p95", "p99", "mean")
+    }
+
+
 def status_values(msg: Any, name: str) -> dict[str, str] | None:
     """The key/values of the status called `name` in a DiagnosticArray, or None."""
     for st in msg.status:

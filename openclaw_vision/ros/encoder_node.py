@@ -29,8 +29,8 @@ from ..preprocess.spec import PreprocessSpec
 from ..resources import default_model_path
 from ..stats import Counters, LatestSlot, StageTimes
 from .convert import features_message, image_to_frame
-from .diagnostics import OK, WARN, diagnostic_array
-from .runner import Throttle, build_config, ros_overrides, run_until_signal
+from .diagnostics import OK, WARN, diagnostic_array, stage_values
+from .runner import Throttle, build_config, every, ros_overrides, run_until_signal
 from .transport import DEFAULT, DIAGNOSTIC_ARRAY, IMAGE, VISUAL_FEATURES, QoS, Transport, create_transport
 
 log = logging.getLogger("encoder_node")
@@ -123,9 +123,7 @@ class EncoderNode:
     def diagnostics_values(self) -> dict[str, Any]:
         st = self.stats()
         values: dict[str, Any] = {k: st[k] for k in (*COUNTS, "lost", "backend", "precision", "model", "transport")}
-        for stage, summ in st["stages_ms"].items():
-            for key in ("p50", "p95", "p99", "mean"):
-                values[f"{stage}_ms_{key}"] = f"{summ[key]:.3f}"
+        values.update(stage_values(st["stages_ms"]))
         return values
 
     def publish_diagnostics(self) -> None:
@@ -135,11 +133,7 @@ class EncoderNode:
         self._diag.publish(diagnostic_array(self.transport, STATUS_NAME, level, text, values))
 
     def _report(self) -> None:
-        while not self._stop.wait(self.cfg.diagnostics_period):
-            try:
-                self.publish_diagnostics()
-            except Exception:
-                log.exception("publishing diagnostics failed")
+        every(self.cfg.diagnostics_period, self._stop, self.publish_diagnostics, log)
 
     # lifecycle --------------------------------------------------------------------------
     def start(self) -> EncoderNode:

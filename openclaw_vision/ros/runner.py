@@ -32,6 +32,15 @@ class Throttle:
             self._last, self._n = now, 0
 
 
+def every(period: float, stop: threading.Event, fn, log: logging.Logger) -> None:
+    """Call `fn` every `period` seconds until `stop` is set; an exception is logged, not fatal."""
+    while not stop.wait(period):
+        try:
+            fn()
+        except Exception:
+            log.exception("periodic %s failed", getattr(fn, "__name__", "task"))
+
+
 def strip_ros_args(argv: list[str]) -> list[str]:
     """Drop `--ros-args ...` (added by ros2 launch); rclpy reads those itself."""
     out, skipping = [], False

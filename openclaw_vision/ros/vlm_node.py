@@ -27,8 +27,8 @@ import numpy as np
 
 from .. import config as cfgmod
 from ..stats import Counters, StageTimes
-from .diagnostics import OK, WARN, diagnostic_array
-from .runner import Throttle, build_config, ros_overrides, run_until_signal
+from .diagnostics import OK, WARN, diagnostic_array, stage_values
+from .runner import Throttle, build_config, every, ros_overrides, run_until_signal
 from .transport import DEFAULT, DIAGNOSTIC_ARRAY, STRING, VISUAL_FEATURES, QoS, Transport, create_transport
 
 log = logging.getLogger("vlm_node")
@@ -166,19 +166,13 @@ class VlmNode:
     def publish_diagnostics(self) -> None:
         st = self.stats()
         values = {k: st[k] for k in (*COUNTS, "model", "array_module", "kv_blocks_free", "transport")}
-        for stage, summ in st["stages_ms"].items():
-            for key in ("p50", "p95", "p99", "mean"):
-                values[f"{stage}_ms_{key}"] = f"{summ[key]:.3f}"
+        values.update(stage_values(st["stages_ms"]))
         bad = st["rejected"] + st["failed"] + st["features_rejected"]
         level, msg = (WARN, f"{bad} prompts/features rejected or failed") if bad else (OK, "answering")
         self._diag.publish(diagnostic_array(self.transport, STATUS_NAME, level, msg, values))
 
     def _report(self) -> None:
-        while not self._stop.wait(self.cfg.diagnostics_period):
-            try:
-                self.publish_diagnostics()
-            except Exception:
-                log.exception("publishing diagnostics failed")
+        every(self.cfg.diagnostics_period, self._stop, self.publish_diagnostics, log)
 
     def start(self) -> VlmNode:
         for t in self._threads:
