@@ -35,7 +35,9 @@ def quantise_weight(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
     """Symmetric per-channel INT8 along `axis`: (int8 weights, float32 scales)."""
     reduce = tuple(i for i in range(w.ndim) if i != axis)
     absmax = np.abs(w).max(axis=reduce)
-    scale = np.where(absmax > 0, absmax / 127.0, 1.0).astype(np.float32)
+    # A channel of (sub)normal-tiny weights must still get a positive, normal float32 scale:
+    # absmax / 127 can underflow to 0 (found by the property test), and TensorRT needs scales > 0.
+    scale = np.where(absmax > 0, np.maximum(absmax / 127.0, np.finfo(np.float32).tiny), 1.0).astype(np.float32)
     shape = [1] * w.ndim
     shape[axis] = -1
     q = np.clip(np.rint(w / scale.reshape(shape)), -127, 127).astype(np.int8)
