@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""The prepared GPU check: run once on a lent NVIDIA machine (CuPy + PyTorch CUDA, no TensorRT).
+
+    bash scripts/gpu_check.sh            # writes $OUT/gpu_check.json (or out/gpu_check.json)
+
+Checks, each printed and saved:
+1. the VLM decoder on CuPy gives NumPy's logits (tiny shape, prefill then decode through the
+   paged cache; float32, max |difference|);
+2. TinyLlama-1.1B shape on CuPy, float16 and float32 weights: prefill tokens/s (128 tokens) and
+   decode tokens/s, beside transformers' LlamaForCausalLM on CUDA (float16), same weights and ids;
+3. the decode roofline on this GPU: weight bytes per token ÷ measured device copy bandwidth.
+
+`--dry-run` runs the same code with NumPy in place of CuPy at the tiny shape only, so the script
+itself is tested on machines without a GPU (test_gpu_check.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from openclaw_vision.vlm.config import get_llm_config
+from openclaw_vision.vlm.decoder import LlamaDecoder, PagedKVCache
+from openclaw_vision.vlm.weights import place, random_params
+
+
+def _sync(xp) -> None:
+    if xp is not np:
+        xp.cuda.Stream.null.synchronize()
+
+
+def logits_run(cfg, params, xp, dtype, ids: np.ndarray, split: int) -> list[np.ndarray]:
+    """Prefill ids[:split], then decode the rest one by one; the logits of every step, on the host."""
+    dec = LlamaDecoder(cfg, place(params, xp, dtype), xp, dtype)
+    cache = PagedKVCache.for_tokens(cfg, len(ids) + 16, 16, xp, dtype)
+    cache.manager.allocate("s", list(ids[:split]))
+    out = [dec.forward(cache, "s", dec.embed(ids[:split]), 0)]
+    for p in range(split, len(ids)):
+        cache.manager.append("s", int(ids[p]))
+        out.append(dec.forward(cache, "s", dec.embed(ids[p : p + 1]), p))
+    return [o.get() if hasattr(o, "get") else np.asarray(o) for o in out]
+
+
+def equality(xp) -> dict:
+    cfg = get_llm_config("tiny")
+    params = random_params(cfg, None, seed=0)
+    ids = np.random.default_rng(0).integers(3, cfg.vocab_size, 40)
+    ref = logits_run(cfg, params, np, np.float32, ids, 30)
+    got = logits_run(cfg, params, xp, np.float32, ids, 30)
+    diff = max(float(np.abs(a - b).max()) for a, b in zip(ref, got, strict=True))
+    return {"max_abs_logit_difference": diff, "passed": diff < 1e-3}
+
+
+def speed(xp, shape: str, dtype, prompt: int, steps: int) -> dict:
+    cfg = get_llm_config(shape)
+    params = random_params(cfg, None, seed=0)
+    dec = LlamaDecoder(cfg, place(params, xp, dtype), xp, dtype)
+    cache = PagedKVCache.for_tokens(cfg, prompt + steps + 16, 16, xp, dtype)
+    ids = np.random.default_rng(1).integers(3, cfg.vocab_size, prompt)
+    best_prefill, best_decode = float("inf"), float("inf")
+    for _ in range(3):
+        cache.manager.allocate("s", [("k", i) for i in range(prompt)])
+        _sync(xp)
+        t0 = time.perf_counter()
+        logits = dec.forward(cache, "s", dec.embed(ids), 0)
+        _sync(xp)
+        t1 = time.perf_counter()
+        for p in range(prompt, prompt + steps):
+            tok = int(logits.argmax())
+            cache.manager.append("s", ("k", p))
+            logits = dec.forward(cache, "s", dec.embed([tok]), p)
+        _sync(xp)
+        t2 = time.perf_counter()
+        cache.manager.free("s")
+        best_prefill, best_decode = min(best_prefill, t1 - t0), min(best_decode, t2 - t1)
+    return {
+        "shape": shape,
+        "dtype": np.dtype(dtype).name,
+        "prefill_tokens_per_s": round(prompt / best_prefill, 1),
+        "decode_tokens_per_s": round(steps / best_decode, 2),
+        "weight_bytes": cfg.param_count() * np.dtype(dtype).itemsize,
+    }
+
+
+def transformers_speed(shape: str, prompt: int, steps: int) -> dict:
+    import torch
+    import transformers
+
+    from openclaw_vision.vlm.config import hf_config_dict
+
+    cfg = get_llm_config(shape)
+    conf = {k: v for k, v in hf_config_dict(cfg).items() if k not in ("architectures", "model_type")}
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**conf)).to("cuda", torch.float16).eval()
+    ids = torch.randint(3, cfg.vocab_size, (1, prompt), device="cuda")
+    name = "cache" if "cache" in __import__("inspect").signature(model.forward).parameters else "past_key_values"
+    best_prefill, best_decode = float("inf"), float("inf")
+    with torch.inference_mode():
+        for _ in range(3):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            out = model(ids, use_cache=True)
+            torch.cuda.synchronize()
+            t1 = time.perf_counter()
+            past, logits = getattr(out, name), out.logits[:, -1]
+            for _ in range(steps):
+                out = model(logits.argmax(-1, keepdim=True), use_cache=True, **{name: past})
+                past, logits = getattr(out, name), out.logits[:, -1]
+            torch.cuda.synchronize()
+            t2 = time.perf_counter()
+            best_prefill, best_decode = min(best_prefill, t1 - t0), min(best_decode, t2 - t1)
+    return {
+        "prefill_tokens_per_s": round(prompt / best_prefill, 1),
+        "decode_tokens_per_s": round(steps / best_decode, 2),
+    }
+
+
+def copy_bandwidth_gbs(xp, mb: int = 1024) -> float:
+    a = xp.ones(mb * 1024 * 1024 // 4, xp.float32)
+    b = xp.empty_like(a)
+    best = float("inf")
+    for _ in range(5):
+        _sync(xp)
+        t0 = time.perf_counter()
+        b[...] = a
+        _sync(xp)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * a.nbytes / best / 1e9
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dry-run", action="store_true", help="NumPy in place of CuPy, tiny shape only")
+    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "out")))
+    args = ap.parse_args()
+    if args.dry_run:
+        xp, shape, prompt, steps = np, "tiny", 32, 8
+    else:
+        import cupy as xp
+
+        shape, prompt, steps = "tinyllama-1.1b", 128, 32
+    result: dict = {"array_module": xp.__name__, "equality": equality(xp)}
+    print("cupy vs numpy logits:", result["equality"], flush=True)
+    result["ours"] = [speed(xp, shape, dt, prompt, steps) for dt in (np.float16, np.float32)]
+    for r in result["ours"]:
+        print("ours:", r, flush=True)
+    bw = copy_bandwidth_gbs(xp, 64 if args.dry_run else 1024)
+    fp16 = result["ours"][0]
+    result["roofline"] = {
+        "copy_bandwidth_gbs": round(bw, 1),
+        "decode_roofline_tokens_per_s_fp16": round(bw * 1e9 / fp16["weight_bytes"], 1),
+        "fraction_fp16": round(fp16["decode_tokens_per_s"] * fp16["weight_bytes"] / (bw * 1e9), 3),
+    }
+    print("roofline:", result["roofline"], flush=True)
+    if not args.dry_run:
+        try:
+            result["transformers_fp16"] = transformers_speed(shape, prompt, steps)
+            print("transformers fp16:", result["transformers_fp16"], flush=True)
+        except Exception as err:  # report, keep the rest of the results
+            result["transformers_fp16"] = {"error": repr(err)}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "gpu_check.json").write_text(json.dumps(result, indent=2))
+    return 0 if result["equality"]["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
