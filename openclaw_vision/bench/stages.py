@@ -3,8 +3,8 @@
 Baselines: the standard CLIP preprocessing (PIL bicubic, as open_clip/torchvision do it) and
 the same tower in PyTorch eager FP32 (what open_clip runs). Ours: the OpenCV preprocessing and
 the ONNX Runtime encoder, FP32 and the gated INT8 model. Batch 1 and batch 8; all variants
-interleaved in one run, every ORT session with spinning off (spinning pools in one process
-steal each other's cores: INT8 went from ~21 to 30+ ms here with three spinning sessions).
+interleaved in one run, every ORT session with spinning off, as in the node (measured here with
+three ViT-B/32 sessions in one process: INT8 18.9 ms with spinning off, 20.8 ms with it on).
 """
 
 from __future__ import annotations
