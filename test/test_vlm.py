@@ -368,3 +368,26 @@ def test_tensorrt_llm_checkpoint_has_its_names_shapes_and_config(hf_llama, tmp_p
         pytest.skip("trtllm-build is installed: the unavailable path cannot be checked here")
     with pytest.raises(TrtLlmUnavailable, match=r"trtllm-build is not on PATH"):
         build_engine(out, tmp_path / "engine")
+
+
+def test_ask_command_answers_about_a_bag_frame(tiny_model, sample_bag):
+    import subprocess
+    import sys
+
+    res = subprocess.run(
+        [sys.executable, "-m", "openclaw_vision.cli", "ask", "--bag", str(sample_bag), "--index", "3",
+         "--model-path", str(tiny_model), "--llm", "tiny", "--max-new-tokens", "4", "--json", "Is the door open?"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    out = json.loads(res.stdout)
+    assert out["question"] == "Is the door open?" and out["frame_index"] == 3
+    assert 1 <= out["answer_tokens"] <= 4 and out["llm"] == "tiny@random-seed0"
+    assert out["encoder"].startswith("tiny@random-seed0") and out["stamp_ns"] > 0
+    assert set(out["timings_ms"]) == {"encode", "prefix", "prefill", "decode"}
+    bad = subprocess.run(
+        [sys.executable, "-m", "openclaw_vision.cli", "ask", "--bag", str(sample_bag), "--index", "99",
+         "--model-path", str(tiny_model), "question"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "has 12 frames; no frame 99" in bad.stderr

@@ -54,9 +54,12 @@ def test_vlm_node_answers_about_the_newest_frame_and_counts_every_prompt(dds_dom
         feats_pub = t.publisher("/visual_features", VISUAL_FEATURES, DEFAULT)
         prompt_pub = t.publisher("/vlm/prompt", STRING, DEFAULT)
         answers, pieces = Inbox(), Inbox()
-        t.subscribe("/vlm/answer", ANSWER, DEFAULT, answers)
-        t.subscribe("/vlm/answer_stream", STRING, DEFAULT, pieces)
-        _wait(lambda: (feats_pub.matched() and prompt_pub.matched()) or not node.alive(), 60)
+        subs = [
+            t.subscribe("/vlm/answer", ANSWER, DEFAULT, answers),
+            t.subscribe("/vlm/answer_stream", STRING, DEFAULT, pieces),
+        ]
+        ends = [feats_pub, prompt_pub, *subs]  # both directions matched before anything is sent
+        _wait(lambda: all(e.matched() for e in ends) or not node.alive(), 60)
         assert node.alive(), node.log_text()
 
         def features(sec: int, dim: int = 32, seed: int = 0):
