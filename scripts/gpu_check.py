@@ -51,7 +51,7 @@ def logits_run(cfg, params, xp, dtype, ids: np.ndarray, split: int) -> list[np.n
 
 def equality(xp) -> dict:
     cfg = get_llm_config("tiny")
-    params = random_params(cfg, None, seed=0)
+    params = random_params(cfg, seed=0)
     ids = np.random.default_rng(0).integers(3, cfg.vocab_size, 40)
     ref = logits_run(cfg, params, np, np.float32, ids, 30)
     got = logits_run(cfg, params, xp, np.float32, ids, 30)
@@ -61,7 +61,7 @@ def equality(xp) -> dict:
 
 def speed(xp, shape: str, dtype, prompt: int, steps: int) -> dict:
     cfg = get_llm_config(shape)
-    params = random_params(cfg, None, seed=0)
+    params = random_params(cfg, seed=0)
     dec = LlamaDecoder(cfg, place(params, xp, dtype), xp, dtype)
     cache = PagedKVCache.for_tokens(cfg, prompt + steps + 16, 16, xp, dtype)
     ids = np.random.default_rng(1).integers(3, cfg.vocab_size, prompt)

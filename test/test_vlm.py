@@ -115,7 +115,7 @@ def test_out_of_blocks_rejects_new_request_and_leaves_running_ones_alone():
 
 @pytest.fixture(scope="module")
 def tiny_params():
-    return place(random_params(TINY, None, seed=3))
+    return place(random_params(TINY, seed=3))
 
 
 def test_paged_attention_equals_dense_attention(tiny_params):
@@ -204,7 +204,7 @@ def test_our_safetensors_files_read_back_with_the_safetensors_library(tmp_path):
 
 def test_validation_names_the_parameter_the_expectation_and_what_was_found():
     shapes = llm_shapes(TINY)
-    good = place(random_params(TINY, None))
+    good = place(random_params(TINY))
     validate(good, shapes)
     bad = dict(good)
     bad["llm.layers.1.wo"] = np.zeros((64, 63), np.float32)

@@ -26,7 +26,7 @@ import numpy as np
 from .config import LlamaConfig, get_llm_config
 from .decoder import LlamaDecoder, PagedKVCache
 from .kv_cache import OutOfBlocks
-from .projector import Projector, ProjectorConfig, projector_shapes
+from .projector import Projector, ProjectorConfig, projector_shapes, random_projector_params
 from .sampling import Sampler, Sampling
 from .tokenizer import DEFAULT_SYSTEM, ChatTokenizer, build_default_tokenizer
 from .weights import llm_shapes, load_hf_llama, load_projector, place, random_params, validate
@@ -69,13 +69,13 @@ def load_vlm(
         tokenizer = tokenizer or path
     else:
         cfg = get_llm_config(llm)
-        params = random_params(cfg, None, seed)
+        params = random_params(cfg, seed)
         model_id = f"{llm}@random-seed{seed}"
     proj_cfg = ProjectorConfig(embed_dim, cfg.hidden, visual_tokens)
     if projector:
         params |= load_projector(projector)
     else:
-        params |= _random_projector(proj_cfg, seed + 1)
+        params |= random_projector_params(proj_cfg, seed + 1)
     if tokenizer is None:
         from ..resources import data_home
 
@@ -91,19 +91,6 @@ def load_vlm(
     return VlmModel(
         cfg, proj_cfg, LlamaDecoder(cfg, placed, xp, dtype), Projector(proj_cfg, placed, xp), tok, model_id, xp
     )
-
-
-def _random_projector(cfg: ProjectorConfig, seed: int) -> dict:
-    rng = np.random.default_rng(seed)
-    out = {}
-    for name, shape in projector_shapes(cfg).items():
-        fan_in = shape[1] if len(shape) == 2 else 1
-        out[name] = (
-            np.zeros(shape, np.float32) if name.endswith("bias") else rng.standard_normal(shape, dtype=np.float32)
-        )
-        if not name.endswith("bias"):
-            out[name] *= np.float32(fan_in**-0.5)
-    return out
 
 
 @dataclass

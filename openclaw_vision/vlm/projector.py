@@ -29,6 +29,18 @@ def projector_shapes(cfg: ProjectorConfig) -> dict[str, tuple[int, ...]]:
     }
 
 
+def random_projector_params(cfg: ProjectorConfig, seed: int = 0) -> dict[str, np.ndarray]:
+    """Deterministic random init: normal weights scaled by 1/sqrt(fan-in), zero biases, float32."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, shape in projector_shapes(cfg).items():
+        if name.endswith("bias"):
+            out[name] = np.zeros(shape, np.float32)
+        else:
+            out[name] = rng.standard_normal(shape, dtype=np.float32) * np.float32(shape[1] ** -0.5)
+    return out
+
+
 class Projector:
     def __init__(self, cfg: ProjectorConfig, params: dict, xp=np) -> None:
         self.cfg, self.xp = cfg, xp

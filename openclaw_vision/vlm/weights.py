@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 
 from .config import LlamaConfig, config_from_hf
-from .projector import ProjectorConfig, projector_shapes
 
 _DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I64": np.int64, "I32": np.int32, "U8": np.uint8}
 
@@ -130,19 +129,15 @@ def load_projector(path: Path) -> dict[str, np.ndarray]:
     return out
 
 
-def random_params(cfg: LlamaConfig, proj: ProjectorConfig | None, seed: int = 0, std: float = 0.02) -> dict:
-    """Deterministic random init (normal(0, std) weights, unit norms), float32; says nothing, shaped right."""
+def random_params(cfg: LlamaConfig, seed: int = 0, std: float = 0.02) -> dict:
+    """Deterministic random `llm.*` init (normal(0, std) weights, unit norms), float32; says nothing, shaped right."""
     rng = np.random.default_rng(seed)
-    shapes = llm_shapes(cfg) | (projector_shapes(proj) if proj else {})
-    out = {}
-    for name, shape in shapes.items():
-        if name.endswith("norm"):
-            out[name] = np.ones(shape, np.float32)
-        elif name.endswith("bias"):
-            out[name] = np.zeros(shape, np.float32)
-        else:
-            out[name] = rng.standard_normal(shape, dtype=np.float32) * np.float32(std)
-    return out
+    return {
+        name: np.ones(shape, np.float32)
+        if name.endswith("norm")
+        else rng.standard_normal(shape, dtype=np.float32) * np.float32(std)
+        for name, shape in llm_shapes(cfg).items()
+    }
 
 
 def place(params: dict, xp=np, dtype=np.float32) -> dict:
