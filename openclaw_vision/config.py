@@ -17,6 +17,7 @@ import yaml
 from .encoders import BACKENDS
 from .models.configs import MODEL_CONFIGS
 from .ros.transport import RELIABILITIES, TRANSPORTS
+from .vlm.tokenizer import DEFAULT_SYSTEM
 
 
 class ConfigError(ValueError):
@@ -106,7 +107,7 @@ class VlmConfig(NodeConfig):
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int = 0
-    system_prompt: str = "You are a robot's vision assistant. Answer briefly about the camera image."
+    system_prompt: str = DEFAULT_SYSTEM
     kv_blocks: int = 256
     block_size: int = 16
     backend: str = "auto"  # auto (cupy when a GPU is usable) | numpy | cupy
