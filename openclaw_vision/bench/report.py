@@ -112,7 +112,9 @@ def markdown(result: dict) -> str:
             f"{r['roofline_decode_tokens_per_s']} tokens/s; "
             f"ours reaches {result['roofline_fraction']:.0%} of it ({r['fraction_of_gemv_stream']:.0%} of a plain "
             f"GEMV weight stream at {r['gemv_read_bandwidth_gbs']} GB/s).",
-            f"Paged KV waste {result['kv_waste_fraction']:.1%} vs contiguous {result['contiguous_waste_fraction']:.1%} "
+            f"Paged KV waste {result['kv_waste_fraction']:.1%} vs contiguous "
+            f"{result['contiguous_waste_fraction']:.1%}, "
+            f"max-length contiguous {result['contiguous_max_length_waste_fraction']:.1%} "
             f"({result['mix']}).",
             f"Prefix sharing: {result['prefix_sharing_saving']:.0%} of prefill tokens and "
             f"{result['prefix_sharing_time_saving']:.0%} of the time saved ({result['prefix_sharing_setup']}).",

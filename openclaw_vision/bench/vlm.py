@@ -10,7 +10,8 @@ run instead). Shapes: TinyLlama-1.1B (the real one) and the tiny test shape. Als
   (details under `vlm_roofline`).
 - kv_waste_fraction: KV slots allocated but unused by the paged cache for a realistic mix of
   requests (one frame's prompt + a question + an answer of varying length), against the same
-  requests in contiguous buffers reserved for prompt + max_new_tokens (`contiguous_waste_fraction`).
+  requests in contiguous buffers reserved for prompt + max_new_tokens (`contiguous_waste_fraction`)
+  or for the model's whole context (`contiguous_max_length_waste_fraction`).
 - prefix_sharing_saving: share of prefill tokens not recomputed when N questions are asked about
   one frame (the image-and-system prefix is prefilled once), with the measured prefill time saving.
 """
@@ -192,7 +193,9 @@ def _time(fn) -> float:
     return time.perf_counter() - t0
 
 
-def kv_waste(block_size: int = 16, max_new_tokens: int = 128, requests: int = 400, seed: int = 0) -> dict:
+def kv_waste(
+    block_size: int = 16, max_new_tokens: int = 128, requests: int = 400, seed: int = 0, max_positions: int = 2048
+) -> dict:
     """Paged vs contiguous KV slots for a realistic mix: prompt ≈ 90 ± questions, answers 4…max_new."""
     rng = np.random.default_rng(seed)
     prompts = 81 + rng.integers(8, 40, requests)  # system + image prefix (81 here) + a question
@@ -207,9 +210,10 @@ def kv_waste(block_size: int = 16, max_new_tokens: int = 128, requests: int = 40
     return {
         "kv_waste_fraction": round(1 - used / allocated, 4),
         "contiguous_waste_fraction": round(1 - used / contiguous, 4),
+        "contiguous_max_length_waste_fraction": round(1 - used / (requests * max_positions), 4),
         "mix": f"{requests} requests, prompt {int(prompts.min())}-{int(prompts.max())}, answers "
         f"{int(answers.min())}-{int(answers.max())} (mean {answers.mean():.0f}) tokens, block {block_size}, "
-        f"contiguous = prompt + max_new_tokens {max_new_tokens}",
+        f"contiguous = prompt + max_new_tokens {max_new_tokens} (or the model's {max_positions} positions)",
     }
 
 
