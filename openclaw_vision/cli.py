@@ -48,6 +48,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
             report=args.report,
             topic=args.topic,
             limit=args.limit,
+            max_frames=args.max_frames,
             method=args.method,
             percentile=args.percentile,
             scheme=args.scheme,
@@ -221,7 +222,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", type=Path, default=None, help="weights for the FP32 export when it is built")
     p.add_argument("--calib", type=Path, required=True, help="rosbag2 directory (any image topic) or image folder")
     p.add_argument("--topic", default=None, help="image topic in the bag (default: its first)")
-    p.add_argument("--limit", type=int, default=0, help="use at most this many frames")
+    p.add_argument("--limit", type=int, default=0, help="use the first N frames only")
+    p.add_argument(
+        "--max-frames", type=int, default=256, help="otherwise at most this many, spread over the recording (0: all)"
+    )
     p.add_argument(
         "--out",
         type=Path,

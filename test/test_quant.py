@@ -195,6 +195,8 @@ def test_calibration_frames_from_bag_and_image_folder(sample_bag, tmp_path):
     frames = load_frames(sample_bag)
     assert len(frames) == 12 and frames[0].pixels.shape == (1080, 1920, 3)
     assert len(load_frames(sample_bag, "/camera/image_raw", limit=5)) == 5
+    spread = load_frames(sample_bag, spread=5)  # a long recording is sampled across, not cut short
+    assert [f.stamp_ns for f in spread] == [frames[i].stamp_ns for i in (0, 3, 6, 9)]
     calib, held = split(frames)
     assert len(held) == 3 and len(calib) == 9 and not {id(f) for f in held} & {id(f) for f in calib}
     folder = tmp_path / "images"
@@ -204,6 +206,7 @@ def test_calibration_frames_from_bag_and_image_folder(sample_bag, tmp_path):
     (folder / "notes.txt").write_text("not an image")
     imgs = load_frames(folder)
     assert len(imgs) == 4 and imgs[0].pixels.shape == (270, 480, 3)
+    np.testing.assert_array_equal(load_frames(folder, spread=2)[1].pixels, imgs[2].pixels)
     np.testing.assert_array_equal(imgs[1].pixels, frames[1].pixels[::4, ::4])
 
 

@@ -28,7 +28,23 @@ class CalibrationDataError(ValueError):
     """The calibration source cannot be read or holds too few frames."""
 
 
-def _frames_from_bag(path: Path, topic: str | None, limit: int) -> list[Frame]:
+def _stride(count: int, limit: int, spread: int) -> tuple[int, int]:
+    """(take every k-th, stop after n): the first `limit` items, or `spread` items spread over all."""
+    if limit:
+        return 1, min(limit, count)
+    if spread and count > spread:
+        return -(-count // spread), spread
+    return 1, count
+
+
+def _message_count(path: Path, topic: str) -> int:
+    from rosbags.rosbag2 import Reader
+
+    with Reader(Path(path)) as reader:
+        return sum(c.msgcount for c in reader.connections if c.topic == topic)
+
+
+def _frames_from_bag(path: Path, topic: str | None, limit: int, spread: int) -> list[Frame]:
     from ..bags import IMAGE_TYPE, deserialize, image_topics, read_messages
     from ..ros.convert import stamp_to_ns
 
@@ -38,8 +54,11 @@ def _frames_from_bag(path: Path, topic: str | None, limit: int) -> list[Frame]:
     topic = topic or topics[0]
     if topic not in topics:
         raise CalibrationDataError(f"{path}: no image topic {topic!r}; it has {', '.join(topics)}")
+    every, limit = _stride(_message_count(path, topic), limit, spread)
     frames = []
-    for msg in read_messages(path, IMAGE_TYPE, topic):
+    for i, msg in enumerate(read_messages(path, IMAGE_TYPE, topic)):
+        if i % every:
+            continue
         img = deserialize(msg.raw, IMAGE_TYPE)
         try:
             frames.append(
@@ -54,10 +73,11 @@ def _frames_from_bag(path: Path, topic: str | None, limit: int) -> list[Frame]:
     return frames
 
 
-def _frames_from_folder(path: Path, limit: int) -> list[Frame]:
+def _frames_from_folder(path: Path, limit: int, spread: int) -> list[Frame]:
     files = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+    every, limit = _stride(len(files), limit, spread)
     frames = []
-    for file in files[: limit or None]:
+    for file in files[::every][:limit]:
         bgr = cv2.imread(str(file), cv2.IMREAD_COLOR)
         if bgr is None:
             raise CalibrationDataError(f"{file}: not a readable image")
@@ -65,15 +85,24 @@ def _frames_from_folder(path: Path, limit: int) -> list[Frame]:
     return frames
 
 
-def load_frames(source: Path, topic: str | None = None, limit: int = 0) -> list[Frame]:
-    """Frames from a rosbag2 directory (any image topic; the first by default) or a folder of images."""
+#: Frames kept from a long recording, evenly spread over it: 1080p frames are 6 MB each in
+#: memory, and a robot's bag can hold tens of thousands.
+MAX_FRAMES = 256
+
+
+def load_frames(source: Path, topic: str | None = None, limit: int = 0, spread: int = MAX_FRAMES) -> list[Frame]:
+    """Frames from a rosbag2 directory (any image topic; the first by default) or a folder of images.
+
+    `limit`: the first `limit` frames. Otherwise at most `spread` frames, evenly spread over the
+    whole recording (0: every frame).
+    """
     source = Path(source)
     if not source.exists():
         raise CalibrationDataError(f"{source}: no such bag or folder")
     if (source / "metadata.yaml").is_file():
-        frames = _frames_from_bag(source, topic, limit)
+        frames = _frames_from_bag(source, topic, limit, spread)
     elif source.is_dir():
-        frames = _frames_from_folder(source, limit)
+        frames = _frames_from_folder(source, limit, spread)
     else:
         raise CalibrationDataError(f"{source}: expected a rosbag2 directory or a folder of images")
     if not frames:

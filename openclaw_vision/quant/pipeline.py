@@ -33,7 +33,8 @@ class QuantOptions:
     out: Path
     report: Path
     topic: str | None = None
-    limit: int = 0
+    limit: int = 0  # the first N frames; 0: up to max_frames spread over the recording
+    max_frames: int = data.MAX_FRAMES
     method: str = "percentile"
     percentile: float = 99.99
     scheme: str = "s8s8"
@@ -88,7 +89,7 @@ def quantize(opts: QuantOptions, frames: list | None = None) -> dict:
     max_float = len(layers) // 4 if opts.max_float < 0 else opts.max_float
 
     if frames is None:
-        frames = data.load_frames(opts.calib, opts.topic, opts.limit)
+        frames = data.load_frames(opts.calib, opts.topic, opts.limit, opts.max_frames)
     qdata = data.prepare(frames, image_size, str(opts.calib), opts.holdout_every, progress=progress)
     log.info("%d frames: %d for calibration, %d held out", len(frames), qdata.calibration_frames, len(qdata.native))
 
