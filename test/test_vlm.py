@@ -391,3 +391,23 @@ def test_ask_command_answers_about_a_bag_frame(tiny_model, sample_bag):
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert bad.returncode == 2 and "has 12 frames; no frame 99" in bad.stderr
+
+
+def test_bench_runs_transformers_on_our_very_weights(tiny_params):
+    """The VLM benchmark's baseline sees the same weights (to_hf_llama) — so its ratios compare like with like."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from openclaw_vision.bench.vlm import transformers_model
+    from openclaw_vision.vlm.weights import from_hf_llama, to_hf_llama
+
+    hf_names = to_hf_llama(tiny_params, TINY)
+    back = from_hf_llama(dict(hf_names), TINY)
+    assert set(back) == set(tiny_params) and all(np.array_equal(back[k], tiny_params[k]) for k in back)
+    model = transformers_model(TINY, hf_names)
+    ids = np.random.default_rng(2).integers(3, TINY.vocab_size, 11)
+    with torch.no_grad():
+        want = model(torch.tensor(ids)[None]).logits[0, -1].numpy()
+    dec = LlamaDecoder(TINY, tiny_params)
+    cache = PagedKVCache(TINY, num_blocks=4, block_size=16)
+    cache.manager.allocate("s", list(ids))
+    np.testing.assert_allclose(dec.forward(cache, "s", dec.embed(ids), 0), want, atol=1e-4)

@@ -1,6 +1,7 @@
 """`vlm` mode: prefill and decode tokens/s, ours vs Hugging Face transformers, KV waste, prefix sharing.
 
-Both decoders get the same config, the same (random) weights and the same token ids; ours runs
+Both decoders get the same config, the same (random) weights — one copy in memory, seen under
+both naming schemes — and the same token ids; ours runs
 over the paged KV cache, transformers' LlamaForCausalLM over its own cache (what a user would
 run instead). Shapes: TinyLlama-1.1B (the real one) and the tiny test shape. Also:
 
@@ -25,40 +26,8 @@ import numpy as np
 from ..vlm.config import LlamaConfig, get_llm_config, hf_config_dict
 from ..vlm.decoder import LlamaDecoder, PagedKVCache
 from ..vlm.kv_cache import BlockManager
-from ..vlm.weights import from_hf_llama, place
+from ..vlm.weights import place, random_params, to_hf_llama
 from .harness import Variant, summarise
-
-
-def hf_state(cfg: LlamaConfig, seed: int = 0, std: float = 0.02) -> dict[str, np.ndarray]:
-    """Random float32 weights under Hugging Face's names. Tiled from one 16M-value draw: drawing
-    1.1 billion normals takes ~20 s here, and speed does not depend on the values."""
-    rng = np.random.default_rng(seed)
-    pool = rng.standard_normal(1 << 24, dtype=np.float32) * np.float32(std)
-    out, offset = {}, 0
-    h, i = cfg.hidden, cfg.intermediate
-    shapes = {"model.embed_tokens.weight": (cfg.vocab_size, h), "model.norm.weight": (h,),
-              "lm_head.weight": (cfg.vocab_size, h)}  # fmt: skip
-    for n in range(cfg.layers):
-        p = f"model.layers.{n}."
-        shapes |= {
-            p + "self_attn.q_proj.weight": (cfg.heads * cfg.head_dim, h),
-            p + "self_attn.k_proj.weight": (cfg.kv_heads * cfg.head_dim, h),
-            p + "self_attn.v_proj.weight": (cfg.kv_heads * cfg.head_dim, h),
-            p + "self_attn.o_proj.weight": (h, cfg.heads * cfg.head_dim),
-            p + "mlp.gate_proj.weight": (i, h),
-            p + "mlp.up_proj.weight": (i, h),
-            p + "mlp.down_proj.weight": (h, i),
-            p + "input_layernorm.weight": (h,),
-            p + "post_attention_layernorm.weight": (h,),
-        }
-    for name, shape in shapes.items():
-        if name.endswith("norm.weight"):
-            out[name] = np.ones(shape, np.float32)
-            continue
-        size = int(np.prod(shape))
-        out[name] = np.resize(np.roll(pool, -offset), size).reshape(shape)
-        offset = (offset + 7919) % pool.size
-    return out
 
 
 def transformers_model(cfg: LlamaConfig, state: dict[str, np.ndarray]):
@@ -139,9 +108,9 @@ def shape_variants(name: str, prompt: int, steps: int, rounds: int) -> tuple[lis
     import torch
 
     cfg = get_llm_config(name)
-    state = hf_state(cfg)
-    hf = transformers_model(cfg, state)
-    dec = LlamaDecoder(cfg, place(from_hf_llama(dict(state), cfg)))
+    params = random_params(cfg)
+    hf = transformers_model(cfg, to_hf_llama(params, cfg))  # the same memory under both names
+    dec = LlamaDecoder(cfg, place(params))
     cache = PagedKVCache.for_tokens(cfg, prompt + steps + 16)
     ids = np.random.default_rng(1).integers(3, cfg.vocab_size, prompt)
     tids = torch.tensor(ids)[None]

@@ -130,14 +130,48 @@ def load_projector(path: Path) -> dict[str, np.ndarray]:
 
 
 def random_params(cfg: LlamaConfig, seed: int = 0, std: float = 0.02) -> dict:
-    """Deterministic random `llm.*` init (normal(0, std) weights, unit norms), float32; says nothing, shaped right."""
-    rng = np.random.default_rng(seed)
-    return {
-        name: np.ones(shape, np.float32)
-        if name.endswith("norm")
-        else rng.standard_normal(shape, dtype=np.float32) * np.float32(std)
-        for name, shape in llm_shapes(cfg).items()
+    """Deterministic random `llm.*` weights (normal(0, std); norms 1), float32: shaped right, meaning nothing.
+
+    Tensors are cut, at shifting offsets, from one draw of at most 16 M normals: drawing
+    TinyLlama's 1.1 G values one by one takes ~20 s here, and nothing that uses random weights
+    (speed, shapes, plumbing) needs them independent.
+    """
+    shapes = llm_shapes(cfg)
+    total = sum(int(np.prod(shape)) for shape in shapes.values())
+    pool = np.random.default_rng(seed).standard_normal(min(total, 1 << 24), dtype=np.float32) * np.float32(std)
+    out, offset = {}, 0
+    for name, shape in shapes.items():
+        if name.endswith("norm"):
+            out[name] = np.ones(shape, np.float32)
+            continue
+        out[name] = np.resize(pool[offset:], int(np.prod(shape))).reshape(shape)
+        offset = (offset + 7919) % (pool.size // 2)
+    return out
+
+
+def to_hf_llama(params: dict, cfg: LlamaConfig) -> dict[str, np.ndarray]:
+    """`llm.*` → Hugging Face LlamaForCausalLM names: the inverse of `from_hf_llama` (row views, no copies)."""
+    nq, nkv = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+    out = {
+        "model.embed_tokens.weight": params["llm.embed_tokens"],
+        "model.norm.weight": params["llm.norm"],
+        "lm_head.weight": params["llm.lm_head"],
     }
+    for n in range(cfg.layers):
+        p, hf = f"llm.layers.{n}.", f"model.layers.{n}."
+        qkv, gate_up = params[p + "wqkv"], params[p + "w_gate_up"]
+        out |= {
+            hf + "self_attn.q_proj.weight": qkv[:nq],
+            hf + "self_attn.k_proj.weight": qkv[nq : nq + nkv],
+            hf + "self_attn.v_proj.weight": qkv[nq + nkv :],
+            hf + "self_attn.o_proj.weight": params[p + "wo"],
+            hf + "mlp.gate_proj.weight": gate_up[: cfg.intermediate],
+            hf + "mlp.up_proj.weight": gate_up[cfg.intermediate :],
+            hf + "mlp.down_proj.weight": params[p + "w_down"],
+            hf + "input_layernorm.weight": params[p + "attn_norm"],
+            hf + "post_attention_layernorm.weight": params[p + "mlp_norm"],
+        }
+    return out
 
 
 def place(params: dict, xp=np, dtype=np.float32) -> dict:
