@@ -30,8 +30,8 @@ from ..resources import default_model_path
 from ..stats import Counters, LatestSlot, StageTimes
 from .convert import features_message, image_to_frame
 from .diagnostics import OK, WARN, diagnostic_array, stage_values
-from .runner import Throttle, build_config, every, ros_overrides, run_until_signal
-from .transport import DEFAULT, DIAGNOSTIC_ARRAY, IMAGE, VISUAL_FEATURES, QoS, Transport, create_transport
+from .runner import Throttle, every, node_main
+from .transport import DEFAULT, DIAGNOSTIC_ARRAY, IMAGE, VISUAL_FEATURES, QoS, Transport
 
 log = logging.getLogger("encoder_node")
 
@@ -163,29 +163,15 @@ class EncoderNode:
             log.exception("final diagnostics failed")
 
 
+def _build(cfg: cfgmod.EncoderConfig, transport: Transport) -> EncoderNode:
+    model_path = cfg.model_path or str(default_model_path(cfg.model, cfg.precision))
+    return EncoderNode(cfg, transport, create_encoder(cfg.backend, model_path, cfg.threads))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    try:
-        cfg, args = build_config(argv, "openclaw-vision encoder", NODE_NAME, cfgmod.EncoderConfig, "encoder.yaml")
-    except cfgmod.ConfigError as err:
-        print(f"encoder_node: configuration error: {err}", file=sys.stderr)
-        return 2
-    logging.basicConfig(level=args.log_level, format="[%(asctime)s] [%(name)s] %(levelname)s: %(message)s")
-    transport = create_transport(cfg.transport, NODE_NAME)
-    cfg = ros_overrides(transport, cfg, log)
-    if cfg is None:
-        transport.close()
-        return 2
-    model_path = cfg.model_path or str(default_model_path(cfg.model, cfg.precision))
-    try:
-        encoder = create_encoder(cfg.backend, model_path, cfg.threads)
-    except EncoderError as err:
-        log.error("%s", err)
-        transport.close()
-        return 2
-    run_until_signal(EncoderNode(cfg, transport, encoder), args.stats_json, (*COUNTS, "lost"), log)
-    transport.close()
-    return 0
+    return node_main(argv, "openclaw-vision encoder", NODE_NAME, cfgmod.EncoderConfig, "encoder.yaml",
+                     (*COUNTS, "lost"), _build, (EncoderError,), log)  # fmt: skip
 
 
 if __name__ == "__main__":

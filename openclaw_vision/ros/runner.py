@@ -10,12 +10,14 @@ import argparse
 import json
 import logging
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
 
 from .. import config as cfgmod
 from ..resources import share_path
+from .transport import create_transport
 
 
 class Throttle:
@@ -94,3 +96,30 @@ def run_until_signal(node, stats_json: Path | None, counts: tuple[str, ...], log
         stats_json.parent.mkdir(parents=True, exist_ok=True)
         stats_json.write_text(json.dumps(stats, indent=2))
     return stats
+
+
+def node_main(argv: list[str], prog: str, node_name: str, cls, yaml_name: str, counts: tuple[str, ...],
+              build, errors: tuple[type[BaseException], ...], log: logging.Logger) -> int:  # fmt: skip
+    """A node's whole `main`: config → logging → transport → ROS parameter overrides → `build(cfg,
+    transport)` → run until SIGINT/SIGTERM. A bad configuration or a `build` failure of one of
+    `errors` (a missing model, a bad checkpoint) exits 2 with the reason, before any work starts."""
+    try:
+        cfg, args = build_config(argv, prog, node_name, cls, yaml_name)
+    except cfgmod.ConfigError as err:
+        print(f"{node_name}: configuration error: {err}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=args.log_level, format="[%(asctime)s] [%(name)s] %(levelname)s: %(message)s")
+    transport = create_transport(cfg.transport, node_name)
+    try:
+        cfg = ros_overrides(transport, cfg, log)
+        if cfg is None:
+            return 2
+        try:
+            node = build(cfg, transport)
+        except errors as err:
+            log.error("%s", err)
+            return 2
+        run_until_signal(node, args.stats_json, counts, log)
+        return 0
+    finally:
+        transport.close()

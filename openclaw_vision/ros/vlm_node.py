@@ -28,8 +28,8 @@ import numpy as np
 from .. import config as cfgmod
 from ..stats import Counters, StageTimes
 from .diagnostics import OK, WARN, diagnostic_array, stage_values
-from .runner import Throttle, build_config, every, ros_overrides, run_until_signal
-from .transport import DEFAULT, DIAGNOSTIC_ARRAY, STRING, VISUAL_FEATURES, QoS, Transport, create_transport
+from .runner import Throttle, every, node_main
+from .transport import DEFAULT, DIAGNOSTIC_ARRAY, STRING, VISUAL_FEATURES, QoS, Transport
 
 log = logging.getLogger("vlm_node")
 
@@ -209,28 +209,22 @@ def build_pipeline(cfg: cfgmod.VlmConfig):
     return VlmPipeline(model, cfg.kv_blocks, cfg.block_size, sampling, cfg.max_new_tokens, cfg.system_prompt)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        cfg, args = build_config(argv, "openclaw-vision vlm", NODE_NAME, cfgmod.VlmConfig, "vlm.yaml")
-    except cfgmod.ConfigError as err:
-        print(f"vlm_node: configuration error: {err}", file=sys.stderr)
-        return 2
-    logging.basicConfig(level=args.log_level, format="[%(asctime)s] [%(name)s] %(levelname)s: %(message)s")
-    transport = create_transport(cfg.transport, NODE_NAME)
-    cfg = ros_overrides(transport, cfg, log)
-    if cfg is None:
-        transport.close()
-        return 2
+class VlmLoadError(RuntimeError):
+    """The language model, tokenizer or projector could not be loaded."""
+
+
+def _build(cfg: cfgmod.VlmConfig, transport: Transport) -> VlmNode:
     try:
         pipeline = build_pipeline(cfg)
-    except Exception as err:  # missing files, bad checkpoints, wrong shapes: say which and stop
-        log.error("cannot load the VLM: %s", err)
-        transport.close()
-        return 2
-    run_until_signal(VlmNode(cfg, transport, pipeline), args.stats_json, COUNTS, log)
-    transport.close()
-    return 0
+    except Exception as err:  # missing files, bad checkpoints, wrong shapes, no GPU: say which and stop
+        raise VlmLoadError(f"cannot load the VLM: {err}") from err
+    return VlmNode(cfg, transport, pipeline)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    return node_main(argv, "openclaw-vision vlm", NODE_NAME, cfgmod.VlmConfig, "vlm.yaml", COUNTS, _build,
+                     (VlmLoadError,), log)  # fmt: skip
 
 
 if __name__ == "__main__":
