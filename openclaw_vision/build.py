@@ -67,7 +67,6 @@ def ensure_int8(model: str, calib: Path | None = None, fp32_path: Path | None = 
             fp32_model=fp32,
             calib=calib or Path("<sample frames>"),
             out=path,
-            report=report,
             sensitivity=False,
             measure_memory=False,
         ),

@@ -45,7 +45,6 @@ def cmd_quantize(args: argparse.Namespace) -> int:
             fp32_model=fp32,
             calib=args.calib,
             out=args.out or (int8_path_for(fp32) if args.model_path else default_model_path(model, "int8")),
-            report=args.report,
             topic=args.topic,
             limit=args.limit,
             max_frames=args.max_frames,

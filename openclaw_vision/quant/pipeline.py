@@ -31,7 +31,6 @@ class QuantOptions:
     fp32_model: Path
     calib: Path
     out: Path
-    report: Path
     topic: str | None = None
     limit: int = 0  # the first N frames; 0: up to max_frames spread over the recording
     max_frames: int = data.MAX_FRAMES
