@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from onnx import numpy_helper
 
+from openclaw_vision.encoders.onnxruntime import session_options
 from openclaw_vision.quant import calibrate
 from openclaw_vision.quant.calibrate import Range
 from openclaw_vision.quant.data import CalibrationDataError, load_frames, split
@@ -37,7 +38,8 @@ def _ranges(model: onnx.ModelProto, absmax: float = 4.0) -> dict[str, Range]:
 
 def _run(model, x: np.ndarray, **extra) -> np.ndarray:
     blob = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
-    sess = ort.InferenceSession(blob, providers=["CPUExecutionProvider"])
+    # The node's own session options: exact integer GEMMs on CPUs without VNNI too.
+    sess = ort.InferenceSession(blob, session_options(), providers=["CPUExecutionProvider"])
     out = sess.run(None, {"pixel_values": x, **extra})[0]
     return out / np.linalg.norm(out, axis=1, keepdims=True)
 

@@ -14,6 +14,29 @@ import numpy as np
 from .base import Embedding, EncoderError, l2_normalise
 
 
+def session_options(threads: int = 0, spinning: bool = False):
+    """ONNX Runtime CPU session options shared by the node, the quantiser and the benchmarks.
+
+    `session.x64quantprecision`: on x86 CPUs without VNNI (AVX2-only, e.g. the AMD EPYC
+    machines here), ORT's default U8S8 integer GEMM pairs products in saturating 16-bit adds
+    (vpmaddubsw); our INT8 models then drift from what they were gated on (measured: the
+    switch model and the real Q/DQ model differed by 2e-3 instead of 2e-5; the tiny tower's
+    gate fell from 0.9999 to 0.9988). The option makes ORT use exact U8U8 kernels on such CPUs
+    only; it changes nothing on VNNI machines (ORT's session-option header documents it).
+    Spinning is off by default: a node runs one session next to DDS threads, and spinning idle
+    threads steal the CPU the transport and preprocessing need.
+    """
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads if threads > 0 else (os.cpu_count() or 1)
+    opts.inter_op_num_threads = 1
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+    opts.add_session_config_entry("session.x64quantprecision", "1")
+    return opts
+
+
 class OnnxRuntimeEncoder:
     backend = "onnxruntime"
 
@@ -26,13 +49,7 @@ class OnnxRuntimeEncoder:
                 f"model file not found: {path} "
                 "(build it with `openclaw-vision export` for FP32, `openclaw-vision quantize` for INT8)"
             )
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads if threads > 0 else (os.cpu_count() or 1)
-        opts.inter_op_num_threads = 1
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        # A node runs one session next to DDS threads: spinning idle threads steal the CPU the
-        # transport and preprocessing need.
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        opts = session_options(threads)
         try:
             self.session = ort.InferenceSession(str(path), opts, providers=providers or ["CPUExecutionProvider"])
         except Exception as err:  # onnxruntime raises its own exception types; name the file

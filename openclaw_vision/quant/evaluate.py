@@ -11,7 +11,6 @@ Metrics, per held-out resolution, comparing unit-normalised INT8 embeddings u_i 
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -49,9 +48,9 @@ def session(model, threads: int = 0):
     """A CPU session that does not spin: several live side by side during quantisation."""
     import onnxruntime as ort
 
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads or (os.cpu_count() or 1)
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    from ..encoders.onnxruntime import session_options
+
+    opts = session_options(threads)
     opts.log_severity_level = 3
     return ort.InferenceSession(
         model if isinstance(model, bytes) else str(model), opts, providers=["CPUExecutionProvider"]

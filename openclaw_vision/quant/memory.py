@@ -27,9 +27,9 @@ def measure_here(model: Path) -> dict[str, float]:
     import onnxruntime as ort
 
     base = _peak_mb()
-    opts = ort.SessionOptions()
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    sess = ort.InferenceSession(str(model), opts, providers=["CPUExecutionProvider"])
+    from ..encoders.onnxruntime import session_options
+
+    sess = ort.InferenceSession(str(model), session_options(), providers=["CPUExecutionProvider"])
     inp = sess.get_inputs()[0]
     size = inp.shape[-1] if isinstance(inp.shape[-1], int) else 224
     sess.run(None, {inp.name: np.zeros((1, 3, size, size), np.float32)})
