@@ -6,6 +6,7 @@ domain id of its own, so tests never touch the external network nor each other.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import random
 from pathlib import Path
@@ -42,9 +43,31 @@ def sample_bag(tmp_path_factory) -> Path:
     return path
 
 
+DOMAINS = range(20, 200)  # ports 7400 + 250·id stay below 57 400
+
+
 @pytest.fixture()
-def dds_domain(monkeypatch) -> int:
-    """A ROS domain id of this test's own (ports 7400 + 250·id) for in-process and child participants."""
-    domain = random.Random(os.getpid() ^ id(monkeypatch)).randrange(20, 200)
-    monkeypatch.setenv("ROS_DOMAIN_ID", str(domain))
-    return domain
+def dds_domain(monkeypatch):
+    """A ROS domain id of this test's own (ports 7400 + 250·id) for in-process and child participants.
+
+    Held with an exclusive file lock for the test's duration, so test runs in several checkouts
+    at once (or pytest-xdist workers) never share a domain and hear each other's nodes.
+    """
+    lock_dir = Path(os.environ.get("OPENCLAW_DDS_LOCKS", "/tmp/openclaw-vision-dds-domains"))
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    order = list(DOMAINS)
+    random.Random(os.getpid() ^ id(monkeypatch)).shuffle(order)
+    for domain in order:
+        handle = open(lock_dir / f"{domain}.lock", "w")  # noqa: SIM115 - held until the test ends
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            continue
+        monkeypatch.setenv("ROS_DOMAIN_ID", str(domain))
+        try:
+            yield domain
+        finally:
+            handle.close()
+        return
+    pytest.fail(f"no free DDS domain in {DOMAINS} (locks in {lock_dir})")
