@@ -16,7 +16,7 @@ import yaml
 
 from .encoders import BACKENDS
 from .models.configs import MODEL_CONFIGS
-from .ros.transport import RELIABILITIES, TRANSPORTS
+from .ros.types import RELIABILITIES, TRANSPORTS
 from .vlm.tokenizer import DEFAULT_SYSTEM
 
 

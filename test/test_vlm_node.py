@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from openclaw_vision.ros.process import NodeProcess
-from openclaw_vision.ros.transport import DEFAULT, HEADER, STRING, TIME, VISUAL_FEATURES
+from openclaw_vision.ros.types import DEFAULT, HEADER, STRING, TIME, VISUAL_FEATURES
 
 pytestmark = [pytest.mark.vlm, pytest.mark.dds]
 ANSWER = "openclaw_vision/msg/VlmAnswer"

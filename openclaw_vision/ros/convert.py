@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..frame import Frame
-from .transport import VISUAL_FEATURES, Transport
+from .types import VISUAL_FEATURES, Transport
 
 
 def stamp_to_ns(stamp: Any) -> int:

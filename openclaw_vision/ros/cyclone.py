@@ -24,7 +24,7 @@ import numpy as np
 
 from ..resources import share_path
 from .dds_types import idl_type
-from .transport import Callback, QoS
+from .types import Callback, QoS
 
 log = logging.getLogger(__name__)
 

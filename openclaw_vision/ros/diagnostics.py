@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from .convert import ns_to_stamp
-from .transport import DIAGNOSTIC_ARRAY, DIAGNOSTIC_STATUS, HEADER, KEY_VALUE, Transport
+from .types import DIAGNOSTIC_ARRAY, DIAGNOSTIC_STATUS, HEADER, KEY_VALUE, Transport
 
 OK, WARN, ERROR, STALE = 0, 1, 2, 3
 

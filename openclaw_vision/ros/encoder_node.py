@@ -31,7 +31,7 @@ from ..stats import Counters, LatestSlot, StageTimes
 from .convert import features_message, image_to_frame
 from .diagnostics import OK, WARN, diagnostic_array, stage_values
 from .runner import Throttle, every, node_main
-from .transport import DEFAULT, DIAGNOSTIC_ARRAY, IMAGE, VISUAL_FEATURES, QoS, Transport
+from .types import DEFAULT, DIAGNOSTIC_ARRAY, IMAGE, VISUAL_FEATURES, QoS, Transport
 
 log = logging.getLogger("encoder_node")
 

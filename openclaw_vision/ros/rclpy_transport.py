@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Any
 
-from .transport import Callback, QoS
+from .types import Callback, QoS
 
 
 def _profile(q: QoS):

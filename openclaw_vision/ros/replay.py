@@ -19,7 +19,7 @@ from ..stats import percentiles
 from .convert import ns_to_stamp, stamp_to_ns
 from .diagnostics import status_values
 from .encoder_node import COUNTS, STAGES, STATUS_NAME
-from .transport import DIAGNOSTIC_ARRAY, IMAGE, VISUAL_FEATURES, QoS, Transport
+from .types import DIAGNOSTIC_ARRAY, IMAGE, VISUAL_FEATURES, QoS, Transport
 
 log = logging.getLogger(__name__)
 

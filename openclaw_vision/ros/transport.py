@@ -1,89 +1,42 @@
-"""The transport seam: what nodes and tools need from ROS, and the choice of implementation.
+"""The transport seam: the choice of implementation (the shared types live in types.py).
 
 Two implementations give the same calls: rclpy, when a ROS 2 installation is sourced, and
 Cyclone DDS directly (ROS 2's topic names, type names and CDR), when it is not. Message
 objects are each implementation's own; both have ROS's field names, so code that reads
 `msg.header.stamp.sec` or builds `types.VisualFeatures(header=..., ...)` works on either.
+
+Data flows one way between the modules: types.py ← rclpy_transport.py, cyclone.py ← this
+module. The implementations are imported when chosen, so a robot without cyclonedds (or a
+laptop without rclpy) never imports the one it lacks.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Protocol
+
+# Re-exported: callers that name these from here keep working; new code imports them from .types.
+from .types import (  # noqa: F401
+    DEFAULT,
+    DIAGNOSTIC_ARRAY,
+    DIAGNOSTIC_STATUS,
+    HEADER,
+    HISTORIES,
+    IMAGE,
+    KEY_VALUE,
+    RELIABILITIES,
+    SENSOR_DATA,
+    STRING,
+    TIME,
+    TRANSPORTS,
+    VISUAL_FEATURES,
+    Callback,
+    Publisher,
+    QoS,
+    Subscription,
+    Transport,
+)
 
 log = logging.getLogger(__name__)
-
-IMAGE = "sensor_msgs/msg/Image"
-VISUAL_FEATURES = "openclaw_vision/msg/VisualFeatures"
-DIAGNOSTIC_ARRAY = "diagnostic_msgs/msg/DiagnosticArray"
-DIAGNOSTIC_STATUS = "diagnostic_msgs/msg/DiagnosticStatus"
-KEY_VALUE = "diagnostic_msgs/msg/KeyValue"
-HEADER = "std_msgs/msg/Header"
-TIME = "builtin_interfaces/msg/Time"
-STRING = "std_msgs/msg/String"
-
-RELIABILITIES = ("reliable", "best_effort")
-HISTORIES = ("keep_last", "keep_all")
-
-
-@dataclass(frozen=True)
-class QoS:
-    """The QoS settings we use; matching depends on reliability and durability, never depth."""
-
-    reliability: str = "reliable"
-    depth: int = 10
-    history: str = "keep_last"
-
-    def __post_init__(self) -> None:
-        if self.reliability not in RELIABILITIES:
-            raise ValueError(f"reliability must be one of {RELIABILITIES}, got {self.reliability!r}")
-        if self.history not in HISTORIES:
-            raise ValueError(f"history must be one of {HISTORIES}, got {self.history!r}")
-        if self.depth < 1:
-            raise ValueError(f"depth must be >= 1, got {self.depth}")
-
-
-SENSOR_DATA = QoS("best_effort", 5)
-DEFAULT = QoS("reliable", 10)
-
-#: callback(message, deserialise_seconds)
-Callback = Callable[[Any, float], None]
-
-
-class Publisher(Protocol):
-    def publish(self, msg: Any) -> None: ...
-    def matched(self) -> int: ...
-
-
-class Subscription(Protocol):
-    def matched(self) -> int: ...
-
-
-class Transport(Protocol):
-    name: str
-
-    def msg(self, ros_type: str) -> type:
-        """The message class for a ROS type name, e.g. 'sensor_msgs/msg/Image'."""
-        ...
-
-    def float_array(self, values) -> Any:
-        """A float32[] field value this transport's messages accept, from a NumPy vector."""
-        ...
-
-    def publisher(self, topic: str, ros_type: str, qos: QoS) -> Publisher: ...
-
-    def subscribe(self, topic: str, ros_type: str, qos: QoS, callback: Callback) -> Subscription: ...
-
-    def deserialize(self, raw: bytes, ros_type: str) -> Any: ...
-
-    def serialize(self, msg: Any, ros_type: str) -> bytes: ...
-
-    def close(self) -> None: ...
-
-
-TRANSPORTS = ("auto", "rclpy", "cyclonedds")
 
 
 def rclpy_available() -> bool:
@@ -94,14 +47,17 @@ def rclpy_available() -> bool:
     return True
 
 
-def create_transport(kind: str, node_name: str) -> Transport:
-    """`auto` takes rclpy when ROS 2 is sourced, else Cyclone DDS; the log says which."""
+def create_transport(kind: str, node_name: str, args: list[str] | None = None) -> Transport:
+    """`auto` takes rclpy when ROS 2 is sourced, else Cyclone DDS; the log says which.
+
+    `args` is the process's command line for rclpy (its `--ros-args`: parameters, remaps);
+    None means sys.argv, as `rclpy.init` itself does."""
     if kind not in TRANSPORTS:
         raise ValueError(f"transport must be one of {TRANSPORTS}, got {kind!r}")
     if kind == "rclpy" or (kind == "auto" and rclpy_available()):
         from .rclpy_transport import RclpyTransport
 
-        transport: Transport = RclpyTransport(node_name)
+        transport: Transport = RclpyTransport(node_name, args)
     else:
         from .cyclone import CycloneTransport
 

@@ -29,7 +29,7 @@ from .. import config as cfgmod
 from ..stats import Counters, StageTimes
 from .diagnostics import OK, WARN, diagnostic_array, stage_values
 from .runner import Throttle, every, node_main
-from .transport import DEFAULT, DIAGNOSTIC_ARRAY, STRING, VISUAL_FEATURES, QoS, Transport
+from .types import DEFAULT, DIAGNOSTIC_ARRAY, STRING, VISUAL_FEATURES, QoS, Transport
 
 log = logging.getLogger("vlm_node")
 
