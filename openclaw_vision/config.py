@@ -3,12 +3,20 @@
 The YAML file is a ROS 2 parameters file (`<node>: ros__parameters: {...}`), so `ros2 launch`
 passes it to the node unchanged and the pip/Cyclone path reads the very same file. Values are
 validated when the node starts; a wrong one stops it with a message naming the key.
+
+Each field carries a `Param` (its description, range or choices, and whether it may change
+while the node runs): the one source for the pip path's checks, the YAML files' comments
+(test_packaging checks them) and the ROS ParameterDescriptors (rclpy_transport.py), so the
+three cannot drift. Types are checked the same way on every path (`coerce`): an int is taken
+where a float is expected (YAML's `2` for 2.0), nothing else is converted.
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, fields, replace
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,47 +32,127 @@ class ConfigError(ValueError):
     """A configuration value that the node cannot run with."""
 
 
+@dataclass(frozen=True)
+class Param:
+    """What every path says about one key: the pip path's checks, the YAML comment, the ROS descriptor."""
+
+    description: str
+    minimum: float | None = None
+    maximum: float | None = None
+    above: bool = False  # the minimum itself is excluded (> rather than >=)
+    choices: tuple[str, ...] = ()
+    runtime: bool = False  # may change while the node runs; otherwise read-only (takes effect at start)
+
+    def range_text(self) -> str:
+        """'>= 1', '> 0', 'in (0, 1]', or '' when unbounded."""
+        lo, hi = self.minimum, self.maximum
+        if lo is not None and hi is not None:
+            return f"in {'(' if self.above else '['}{lo:g}, {hi:g}]"
+        if lo is not None:
+            return f"{'>' if self.above else '>='} {lo:g}"
+        return f"<= {hi:g}" if hi is not None else ""
+
+    def constraints(self) -> str:
+        """One line for ParameterDescriptor.additional_constraints."""
+        parts = [f"one of: {', '.join(self.choices)}"] if self.choices else []
+        parts += [self.range_text()] if self.range_text() else []
+        parts.append("changes at run time" if self.runtime else "read-only: used at start, restart the node to change")
+        return "; ".join(parts)
+
+    def check(self, key: str, value: Any) -> None:
+        """Raise the configuration error for a value outside the choices or the range."""
+        if self.choices and value not in self.choices:
+            raise ConfigError(f"parameter {key}={value!r}: choose one of {', '.join(self.choices)}")
+        lo, hi = self.minimum, self.maximum
+        low = lo is not None and (value <= lo if self.above else value < lo)
+        if low or (hi is not None and value > hi):
+            raise ConfigError(f"parameter {key}={value!r}: must be {self.range_text()}")
+
+
+def param(default: Any, description: str, **kw: Any) -> Any:
+    """A config field with its `Param` (see the module docstring)."""
+    return field(default=default, metadata={"param": Param(description, **kw)})
+
+
+TYPE_NAMES = {bool: "bool", int: "int", float: "float", str: "str"}
+
+
+def coerce(key: str, value: Any, want: type) -> Any:
+    """`value` as type `want`, or the configuration error. Only int → float is converted (YAML
+    and ROS parameters write 2 for 2.0); a float for an int, a number for a string, a bool for
+    a number are errors on every path, as a statically typed ROS parameter would be."""
+    if want is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if type(value) is want:
+        return value
+    raise ConfigError(f"parameter {key}={value!r}: expected {TYPE_NAMES.get(want, want.__name__)}")
+
+
 class NodeConfig:
     """Shared behaviour of node configurations: dict conversion with type checks, validation hook."""
 
     def validate(self):
+        self._check_params()
         return self
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]):
+    def params(cls) -> dict[str, Param]:
+        """Each key's `Param`, in declaration order."""
+        return {f.name: f.metadata["param"] for f in fields(cls)}
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]):
         known = {f.name: f for f in fields(cls)}
         unknown = sorted(set(values) - set(known))
         if unknown:
             raise ConfigError(f"unknown parameter(s): {', '.join(unknown)}; known: {', '.join(known)}")
-        typed = {}
-        for key, value in values.items():
-            want = type(getattr(cls(), key))
-            try:
-                typed[key] = want(value)
-            except (TypeError, ValueError):
-                raise ConfigError(f"parameter {key}={value!r}: expected {want.__name__}") from None
-        return cls(**typed)
+        defaults = cls()
+        return cls(**{key: coerce(key, value, type(getattr(defaults, key))) for key, value in values.items()})
+
+    def updated(self, changes: Mapping[str, Any]):
+        """This configuration with `changes` made while the node runs, validated; a key that is not
+        `runtime` is refused with the reason (it is read only after start)."""
+        unknown = sorted(set(changes) - set(self.params()))
+        if unknown:
+            raise ConfigError(f"unknown parameter(s): {', '.join(unknown)}")
+        fixed = [key for key in changes if not self.params()[key].runtime]
+        if fixed:
+            raise ConfigError(f"parameter(s) {', '.join(fixed)} read-only (used at start): restart the node to change")
+        return type(self).from_dict({**self.as_dict(), **changes}).validate()
+
+    def _check_params(self) -> None:
+        for key, spec in self.params().items():
+            spec.check(key, getattr(self, key))
 
     def _bad(self, key: str, why: str) -> ConfigError:
         return ConfigError(f"parameter {key}={getattr(self, key)!r}: {why}")
 
 
+VLM_BACKENDS = ("auto", "numpy", "cupy")
+PERIOD = {"minimum": 0.0, "above": True, "runtime": True}  # seconds, > 0, changes at run time
+
+
 @dataclass(frozen=True)
 class EncoderConfig(NodeConfig):
-    image_topic: str = "/camera/image_raw"
-    features_topic: str = "/visual_features"
-    model: str = "ViT-B-32"
-    model_path: str = ""  # empty: the built model for `model` and `precision` in the data home
-    backend: str = "auto"
-    precision: str = "int8"  # the gated INT8 model (`openclaw-vision quantize`); fp32 on request
-    threads: int = 0  # 0: one per core
-    reliability: str = "best_effort"  # image subscription; sensor-data QoS by default
-    depth: int = 1
-    diagnostics_period: float = 1.0
-    transport: str = "auto"
+    # The descriptions are the comments of config/encoder.yaml, word for word (test_packaging checks).
+    image_topic: str = param("/camera/image_raw", "sensor_msgs/Image topic to encode")
+    features_topic: str = param("/visual_features", "where one VisualFeatures per encoded frame goes")
+    model: str = param("ViT-B-32", "named CLIP architecture (tiny, ViT-B-32, ViT-L-14, ...) unless model_path is set")
+    model_path: str = param("", "ONNX file; empty: ~/.cache/openclaw_vision/models/<model>.<precision>.onnx")
+    backend: str = param("auto", "inference backend; auto: the GPU when one is usable", choices=BACKENDS)
+    precision: str = param(
+        "int8", "int8: the gated Q/DQ model (openclaw-vision quantize); fp32 or fp16 on request",
+        choices=("fp32", "fp16", "int8"),
+    )  # fmt: skip
+    threads: int = param(0, "inference threads, 0 = one per core", minimum=0)
+    reliability: str = param("best_effort", "image subscription QoS (best_effort = sensor data)", choices=RELIABILITIES)
+    depth: int = param(1, "image subscription history depth (re-subscribes when changed)", minimum=1, runtime=True)
+    diagnostics_period: float = param(1.0, "seconds between /diagnostics messages", **PERIOD)
+    log_throttle_period: float = param(2.0, "seconds between log lines about one repeated problem", **PERIOD)
+    transport: str = param("auto", "auto: rclpy if ROS 2 is sourced, else cyclonedds", choices=TRANSPORTS)
 
     def validate(self) -> EncoderConfig:
         for key in ("image_topic", "features_topic"):
@@ -72,47 +160,33 @@ class EncoderConfig(NodeConfig):
                 raise self._bad(key, "must be a non-empty ROS topic name")
         if self.model not in MODEL_CONFIGS and not self.model_path:
             raise self._bad("model", f"unknown; known: {', '.join(MODEL_CONFIGS)} (or set model_path)")
-        if self.backend not in BACKENDS:
-            raise self._bad("backend", f"choose one of {', '.join(BACKENDS)}")
-        if self.precision not in ("fp32", "fp16", "int8"):
-            raise self._bad("precision", "choose fp32, fp16 or int8")
-        if self.threads < 0:
-            raise self._bad("threads", "must be >= 0")
-        if self.reliability not in RELIABILITIES:
-            raise self._bad("reliability", f"choose one of {', '.join(RELIABILITIES)}")
-        if self.depth < 1:
-            raise self._bad("depth", "must be >= 1")
-        if self.diagnostics_period <= 0:
-            raise self._bad("diagnostics_period", "must be > 0 seconds")
-        if self.transport not in TRANSPORTS:
-            raise self._bad("transport", f"choose one of {', '.join(TRANSPORTS)}")
+        self._check_params()
         return self
-
-
-VLM_BACKENDS = ("auto", "numpy", "cupy")
 
 
 @dataclass(frozen=True)
 class VlmConfig(NodeConfig):
-    features_topic: str = "/visual_features"
-    prompt_topic: str = "/vlm/prompt"
-    answer_topic: str = "/vlm/answer"
-    stream_topic: str = ""  # non-empty: each decoded piece is also published there (std_msgs/String)
-    llm: str = "tiny"  # a named config with random weights (tiny | tinyllama-1.1b) or a Hugging Face folder
-    tokenizer: str = ""  # tokenizer.json or its folder; empty: the checkpoint's, or the built-in one
-    projector: str = ""  # projector safetensors; empty: random init
-    embed_dim: int = 512  # width of the incoming embeddings (the encoder model's)
-    visual_tokens: int = 8
-    max_new_tokens: int = 32
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int = 0
-    system_prompt: str = DEFAULT_SYSTEM
-    kv_blocks: int = 256
-    block_size: int = 16
-    backend: str = "auto"  # auto (cupy when a GPU is usable) | numpy | cupy
-    diagnostics_period: float = 1.0
-    transport: str = "auto"
+    # The descriptions are the comments of config/vlm.yaml, word for word (test_packaging checks).
+    features_topic: str = param("/visual_features", "VisualFeatures topic (the encoder node's)")
+    prompt_topic: str = param("/vlm/prompt", "std_msgs/String questions")
+    answer_topic: str = param("/vlm/answer", "openclaw_vision/VlmAnswer, header of the frame answered about")
+    stream_topic: str = param("", "e.g. /vlm/answer_stream: each decoded piece as std_msgs/String; empty: off")
+    llm: str = param("tiny", "tiny | tinyllama-1.1b (random weights) | a Hugging Face Llama folder")
+    tokenizer: str = param("", "tokenizer.json; empty: the checkpoint folder's, or the built-in one")
+    projector: str = param("", "projector safetensors (projector.fc1/fc2); empty: random init")
+    embed_dim: int = param(512, "width of /visual_features (512 for ViT-B/32)", minimum=1)
+    visual_tokens: int = param(8, "prefix positions one embedding is projected to", minimum=1)
+    max_new_tokens: int = param(32, "longest answer, in tokens (from the next question on)", minimum=1, runtime=True)
+    temperature: float = param(0.0, "sampling temperature, 0 = greedy", minimum=0.0, runtime=True)
+    top_p: float = param(1.0, "nucleus sampling mass", minimum=0.0, above=True, maximum=1.0, runtime=True)
+    seed: int = param(0, "sampling and random-weights seed")
+    system_prompt: str = param(DEFAULT_SYSTEM, "system turn of every conversation")
+    kv_blocks: int = param(256, "paged KV cache size, in blocks of block_size positions", minimum=1)
+    block_size: int = param(16, "positions per KV cache block", minimum=1)
+    backend: str = param("auto", "array backend; auto: cupy when a GPU is usable", choices=VLM_BACKENDS)
+    diagnostics_period: float = param(1.0, "seconds between /diagnostics messages", **PERIOD)
+    log_throttle_period: float = param(2.0, "seconds between log lines about one repeated problem", **PERIOD)
+    transport: str = param("auto", "auto: rclpy if ROS 2 is sourced, else cyclonedds", choices=TRANSPORTS)
 
     def validate(self) -> VlmConfig:
         for key in ("features_topic", "prompt_topic", "answer_topic"):
@@ -120,29 +194,46 @@ class VlmConfig(NodeConfig):
                 raise self._bad(key, "must be a non-empty ROS topic name")
         if " " in self.stream_topic:
             raise self._bad("stream_topic", "must be a ROS topic name or empty")
-        for key in ("embed_dim", "visual_tokens", "max_new_tokens", "kv_blocks", "block_size"):
-            if getattr(self, key) < 1:
-                raise self._bad(key, "must be >= 1")
-        if self.temperature < 0:
-            raise self._bad("temperature", "must be >= 0 (0 = greedy)")
-        if not 0 < self.top_p <= 1:
-            raise self._bad("top_p", "must be in (0, 1]")
-        if self.backend not in VLM_BACKENDS:
-            raise self._bad("backend", f"choose one of {', '.join(VLM_BACKENDS)}")
-        if self.diagnostics_period <= 0:
-            raise self._bad("diagnostics_period", "must be > 0 seconds")
-        if self.transport not in TRANSPORTS:
-            raise self._bad("transport", f"choose one of {', '.join(TRANSPORTS)}")
+        self._check_params()
         return self
 
 
+def node_key_matches(key: str, fqn: str) -> bool:
+    """Whether a parameters file's node key ('encoder_node', '/**', '/robot/*/encoder_node') names
+    the node `fqn` ('/encoder_node'). rclpy's rule (Humble rclpy/src/rclpy/node.cpp,
+    _populate_node_parameters_from_rcl_params): prefix '/', then '/*' → one name and '/**' → any
+    number of them, matched against the whole name."""
+    pattern = key if key.startswith("/") else "/" + key
+    regex = pattern.replace("/*", r"(/\w+)")  # what rclpy does: '/**' becomes '(/\w+)*'
+    return re.fullmatch(regex, fqn) is not None
+
+
+def flatten_parameters(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested YAML maps become dotted names ('a: {b: 1}' is parameter 'a.b'), as rcl reads them."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        name = f"{prefix}{key}"
+        out.update(flatten_parameters(value, name + ".") if isinstance(value, Mapping) else {name: value})
+    return out
+
+
+def node_parameters(doc: Mapping[str, Any], fqn: str) -> dict[str, Any] | None:
+    """The parameters a loaded ROS 2 parameters file gives the node `fqn`: every matching section,
+    later ones overriding earlier ones (the order rclpy applies them in); None if none matches."""
+    found: dict[str, Any] | None = None
+    for key, section in (doc or {}).items():
+        if isinstance(section, Mapping) and "ros__parameters" in section and node_key_matches(str(key), fqn):
+            found = {**(found or {}), **flatten_parameters(section["ros__parameters"] or {})}
+    return found
+
+
 def read_params_file(path: Path, node: str) -> dict[str, Any]:
-    """The `ros__parameters` of `node` (or of '/**') in a ROS 2 parameters YAML file."""
+    """The `ros__parameters` a ROS 2 parameters YAML file gives `node` (its own section, '/**', ...)."""
     doc = yaml.safe_load(Path(path).read_text()) or {}
-    for key in (node, f"/{node}", "/**", "**"):
-        if isinstance(doc.get(key), dict) and "ros__parameters" in doc[key]:
-            return dict(doc[key]["ros__parameters"] or {})
-    raise ConfigError(f"{path}: no '{node}: ros__parameters:' section")
+    values = node_parameters(doc, node if node.startswith("/") else "/" + node)
+    if values is None:
+        raise ConfigError(f"{path}: no '{node}: ros__parameters:' section")
+    return values
 
 
 def add_arguments(parser: argparse.ArgumentParser, cls=EncoderConfig) -> None:
@@ -168,9 +259,12 @@ def from_sources(config_file: Path | None, node: str, overrides: dict[str, Any],
 __all__ = [
     "ConfigError",
     "EncoderConfig",
+    "Param",
     "VlmConfig",
     "add_arguments",
+    "coerce",
     "from_sources",
+    "node_parameters",
     "read_params_file",
     "replace",
 ]
