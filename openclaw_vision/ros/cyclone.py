@@ -121,6 +121,8 @@ class _Subscription:
 
     def lost(self) -> int:
         """Samples DDS lost or could not keep before we took them."""
+        if self._reader is None:  # closed: the count it ended with
+            return self._lost_at_close
         return int(self._reader.get_sample_lost_status().total_count) + int(
             self._reader.get_sample_rejected_status().total_count
         )
@@ -128,6 +130,9 @@ class _Subscription:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=2)
+        if self._reader is not None:
+            self._lost_at_close = self.lost()
+            self._waitset = self._cond = self._reader = None  # the last references: DDS deletes the reader
 
 
 class CycloneTransport:

@@ -11,6 +11,9 @@ Every frame that arrives is counted exactly once as encoded, dropped (a newer on
 before the worker was free), rejected (bytes that are not a valid image; logged) or failed
 (an unexpected error in preprocess/encode/publish; logged). The node keeps running through
 all of them.
+
+`reconfigure` changes the run-time parameters (config.Param.runtime) while the node runs:
+`ros2 param set` with rclpy, a direct call on any transport.
 """
 
 from __future__ import annotations
@@ -51,8 +54,10 @@ class EncoderNode:
         self.times = StageTimes(STAGES)
         self._slot = LatestSlot()
         self._stop = threading.Event()
-        self._warn_reject = Throttle()
-        self._warn_fail = Throttle()
+        self._warn_reject = Throttle(cfg.log_throttle_period)
+        self._warn_fail = Throttle(cfg.log_throttle_period)
+        self._reconfigure_lock = threading.Lock()
+        self._lost_before = 0  # samples lost by image subscriptions replaced since start
         self._features = transport.publisher(cfg.features_topic, VISUAL_FEATURES, DEFAULT)
         self._diag = transport.publisher("/diagnostics", DIAGNOSTIC_ARRAY, QoS("reliable", 1))
         image_qos = QoS(cfg.reliability, cfg.depth)
@@ -109,7 +114,7 @@ class EncoderNode:
     # diagnostics ------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
         counts = self.counters.snapshot()
-        lost = getattr(self._images, "lost", lambda: 0)()
+        lost = self._lost_before + getattr(self._images, "lost", lambda: 0)()
         return {
             **counts,
             "lost": lost,
@@ -133,7 +138,28 @@ class EncoderNode:
         self._diag.publish(diagnostic_array(self.transport, STATUS_NAME, level, text, values))
 
     def _report(self) -> None:
-        every(self.cfg.diagnostics_period, self._stop, self.publish_diagnostics, log)
+        every(lambda: self.cfg.diagnostics_period, self._stop, self.publish_diagnostics, log)
+
+    # run-time parameters ----------------------------------------------------------------
+    def reconfigure(self, changes: dict[str, Any]) -> cfgmod.EncoderConfig:
+        """Apply run-time parameter changes; a ConfigError (bad value, read-only key) changes nothing."""
+        with self._reconfigure_lock:
+            old, new = self.cfg, self.cfg.updated(changes)
+            self.cfg = new  # diagnostics_period: the reporter reads it before each wait
+            for throttle in (self._warn_reject, self._warn_fail):
+                throttle.period = new.log_throttle_period
+            if (new.reliability, new.depth) != (old.reliability, old.depth):
+                self._resubscribe()
+            log.info("parameters changed: %s", ", ".join(f"{k}={v!r}" for k, v in changes.items()))
+            return new
+
+    def _resubscribe(self) -> None:
+        """A QoS change takes a new subscription (QoS is fixed at creation). Frames sent while
+        neither exists are not received (nor counted): what any subscriber restart does."""
+        self._lost_before += getattr(self._images, "lost", lambda: 0)()
+        self._images.close()
+        qos = QoS(self.cfg.reliability, self.cfg.depth)
+        self._images = self.transport.subscribe(self.cfg.image_topic, IMAGE, qos, self._on_image)
 
     # lifecycle --------------------------------------------------------------------------
     def start(self) -> EncoderNode:

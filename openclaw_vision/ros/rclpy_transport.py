@@ -1,18 +1,34 @@
 """ROS 2 through rclpy, for a robot with Humble sourced.
 
-Written to rclpy's documented API. Subscriptions take raw CDR and deserialise in the
-callback, so the node can time deserialisation the same way on both transports.
+Written to rclpy's documented API (Humble branch). Subscriptions take raw CDR and deserialise
+in the callback, so the node can time deserialisation the same way on both transports.
+
+Parameters (Humble rclpy/rclpy/node.py): every config key is declared with a
+ParameterDescriptor built from its `config.Param` (description, range, choices as additional
+constraints, read_only unless it may change at run time). `dynamic_typing=True`, because with a
+type inferred from the default, `declare_parameter` raises InvalidParameterTypeException for a
+YAML `2` where 2.0 is declared (`_apply_descriptor`: "Wrong parameter type"): we check types
+ourselves (config.coerce), the same way as the pip path, and say so in one line. Ranges apply
+only to values of their own type (`_apply_descriptor`), so an int given for a float still meets
+our own range check. Run-time changes go through `add_on_set_parameters_callback`: rclpy refuses
+a read-only key itself ("Trying to set a read-only parameter"), our callback validates the rest
+and hands them to the node.
 """
 
 from __future__ import annotations
 
 import array
 import importlib
+import math
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
+from ..config import ConfigError, NodeConfig, Param
 from .types import Callback, QoS
+
+INT64_MAX = 2**63 - 1
 
 
 def _profile(q: QoS):
@@ -38,23 +54,52 @@ class _Publisher:
 
 
 class _Subscription:
-    def __init__(self, node, topic: str) -> None:
-        self._node, self._topic = node, topic
+    def __init__(self, node, topic: str, sub) -> None:
+        self._node, self._topic, self._sub = node, topic, sub
 
     def matched(self) -> int:
         return int(self._node.count_publishers(self._topic))
+
+    def close(self) -> None:
+        self._node.destroy_subscription(self._sub)
+
+
+def descriptor(name: str, default: Any, spec: Param):
+    """The rcl_interfaces/ParameterDescriptor (Humble msg: name, type, description,
+    additional_constraints, read_only, dynamic_typing, floating_point_range[<=1], integer_range[<=1])
+    for one config key. A one-sided range gets the type's limit on the open side."""
+    from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+
+    d = ParameterDescriptor(
+        name=name,
+        description=spec.description,
+        additional_constraints=spec.constraints(),
+        read_only=not spec.runtime,
+        dynamic_typing=True,
+    )
+    if spec.minimum is not None or spec.maximum is not None:
+        if isinstance(default, float):
+            lo = -math.inf if spec.minimum is None else float(spec.minimum)
+            hi = math.inf if spec.maximum is None else float(spec.maximum)
+            d.floating_point_range = [FloatingPointRange(from_value=lo, to_value=hi, step=0.0)]
+        elif isinstance(default, int) and not isinstance(default, bool):
+            lo = -INT64_MAX - 1 if spec.minimum is None else int(spec.minimum)
+            hi = INT64_MAX if spec.maximum is None else int(spec.maximum)
+            d.integer_range = [IntegerRange(from_value=lo, to_value=hi, step=0)]
+    return d
 
 
 class RclpyTransport:
     name = "rclpy"
 
-    def __init__(self, node_name: str) -> None:
+    def __init__(self, node_name: str, args: list[str] | None = None) -> None:
         import rclpy
         from rclpy.executors import MultiThreadedExecutor
 
         if not rclpy.ok():
-            rclpy.init()
+            rclpy.init(args=args)  # None: sys.argv (rclpy/context.py); its --ros-args give the overrides
         self.node = rclpy.create_node(node_name)
+        self._declared: tuple[str, ...] = ()
         self._executor = MultiThreadedExecutor()
         self._executor.add_node(self.node)
         self._thread = threading.Thread(target=self._executor.spin, name="rclpy-spin", daemon=True)
@@ -82,8 +127,8 @@ class RclpyTransport:
             msg = deserialize_message(raw, cls)
             callback(msg, time.perf_counter() - t0)
 
-        self.node.create_subscription(cls, topic, on_raw, _profile(qos), raw=True)
-        return _Subscription(self.node, topic)
+        sub = self.node.create_subscription(cls, topic, on_raw, _profile(qos), raw=True)
+        return _Subscription(self.node, topic, sub)
 
     def deserialize(self, raw: bytes, ros_type: str) -> Any:
         from rclpy.serialization import deserialize_message
@@ -95,9 +140,41 @@ class RclpyTransport:
 
         return bytes(serialize_message(msg))
 
-    def declare_parameters(self, defaults: dict[str, Any]) -> dict[str, Any]:
-        """Declare each config key as a ROS parameter and return the values in force."""
-        return {key: self.node.declare_parameter(key, value).value for key, value in defaults.items()}
+    def declare_parameters(self, cfg: NodeConfig) -> dict[str, Any]:
+        """Declare each key of `cfg` (its value as the default) with its descriptor; return the
+        values in force (the `--ros-args` overrides rclpy read). A value rclpy itself refuses (out
+        of a declared range) becomes a ConfigError, never a traceback."""
+        from rclpy.exceptions import ParameterException
+
+        values = {}
+        for key, spec in cfg.params().items():
+            default = getattr(cfg, key)
+            try:
+                values[key] = self.node.declare_parameter(key, default, descriptor(key, default, spec)).value
+            except ParameterException as err:
+                raise ConfigError(f"parameter {key}: {err}") from None
+        self._declared = tuple(values)
+        return values
+
+    def on_parameters_set(self, apply: Callable[[dict[str, Any]], Any]) -> None:
+        """Call `apply({name: value})` for each `ros2 param set` of our keys; a ConfigError it
+        raises refuses the change with its message as the reason. Keys that are not ours
+        (use_sim_time) pass untouched: rejecting unknown names is bad practice per
+        add_on_set_parameters_callback's docstring."""
+        from rcl_interfaces.msg import SetParametersResult
+
+        ours = set(self._declared)
+
+        def callback(params) -> SetParametersResult:
+            changes = {p.name: p.value for p in params if p.name in ours}
+            if changes:
+                try:
+                    apply(changes)
+                except ConfigError as err:
+                    return SetParametersResult(successful=False, reason=str(err))
+            return SetParametersResult(successful=True)
+
+        self.node.add_on_set_parameters_callback(callback)
 
     def close(self) -> None:
         import rclpy

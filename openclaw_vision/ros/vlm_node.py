@@ -11,6 +11,10 @@ Threads and data flow, one direction:
 
 Every question is counted once as answered, rejected (no features yet, busy, empty, or no KV
 room — with the reason logged) or failed (an unexpected error, logged). The node keeps running.
+
+`reconfigure` changes the run-time parameters (sampling, max_new_tokens, periods); the
+pipeline takes them between two answers, never during one (admission reserved its KV room for
+the max_new_tokens it started with).
 """
 
 from __future__ import annotations
@@ -67,7 +71,9 @@ class VlmNode:
         self._lock = threading.Lock()
         self._queue: queue.Queue = queue.Queue(maxsize=QUEUE_DEPTH)
         self._stop = threading.Event()
-        self._warn = Throttle()
+        self._warn = Throttle(cfg.log_throttle_period)
+        self._reconfigure_lock = threading.Lock()
+        self._pending: cfgmod.VlmConfig | None = None  # sampling changes for the worker to take
         self._answers = transport.publisher(cfg.answer_topic, VLM_ANSWER, DEFAULT)
         self._stream = transport.publisher(cfg.stream_topic, STRING, DEFAULT) if cfg.stream_topic else None
         self._diag = transport.publisher("/diagnostics", DIAGNOSTIC_ARRAY, QoS("reliable", 1))
@@ -118,6 +124,7 @@ class VlmNode:
                 item = self._queue.get(timeout=0.2)
             except queue.Empty:
                 continue
+            self._take_pending()
             self._answer(*item)
 
     def _answer(self, text: str, latest: tuple, queued_at: float) -> None:
@@ -172,7 +179,30 @@ class VlmNode:
         self._diag.publish(diagnostic_array(self.transport, STATUS_NAME, level, msg, values))
 
     def _report(self) -> None:
-        every(self.cfg.diagnostics_period, self._stop, self.publish_diagnostics, log)
+        every(lambda: self.cfg.diagnostics_period, self._stop, self.publish_diagnostics, log)
+
+    # run-time parameters ----------------------------------------------------------------
+    def reconfigure(self, changes: dict[str, Any]) -> cfgmod.VlmConfig:
+        """Apply run-time parameter changes; a ConfigError (bad value, read-only key) changes nothing."""
+        from ..vlm.sampling import Sampling
+
+        with self._reconfigure_lock:
+            new = self.cfg.updated(changes)
+            Sampling(new.temperature, new.top_p, new.seed)  # the pipeline's own checks, before anything changes
+            self.cfg, self._pending = new, new
+            self._warn.period = new.log_throttle_period
+            log.info("parameters changed: %s", ", ".join(f"{k}={v!r}" for k, v in changes.items()))
+            return new
+
+    def _take_pending(self) -> None:
+        """Worker thread, between answers: hand the pipeline the newest sampling settings."""
+        from ..vlm.sampling import Sampling
+
+        with self._reconfigure_lock:
+            cfg, self._pending = self._pending, None
+        if cfg is not None:
+            self.pipeline.sampling = Sampling(cfg.temperature, cfg.top_p, cfg.seed)
+            self.pipeline.max_new_tokens = cfg.max_new_tokens
 
     def start(self) -> VlmNode:
         for t in self._threads:
