@@ -1,0 +1,56 @@
+"""Which launch arguments become node parameters: only those the user set (stdlib + PyYAML only).
+
+launch_ros writes a Node's `parameters=[file, {dict}]` dict to a temporary parameters file
+placed after `file` on the command line (Humble launch_ros/actions/node.py,
+`_create_params_file_from_dict`, keyed by the node's full name), and rcl applies files in order:
+every key in the dict overrides the file. So an argument left at its default must not be in the
+dict, or `config:=my.yaml` values for those keys are silently replaced. The launch file declares
+these arguments with the default UNSET and passes on only the others, typed the way launch_ros
+types a substituted value (`yaml.safe_load`, launch_ros/utilities/evaluate_parameters.py).
+
+Kept free of ROS imports so the tests can run it; vision.launch.py imports it at launch time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+#: the default of every overriding argument: "not set, the parameters file decides"
+UNSET = ""
+
+ENCODER_ARGUMENTS = {
+    "image_topic": "sensor_msgs/Image topic to encode",
+    "features_topic": "VisualFeatures topic (the encoder's output, the VLM's input)",
+    "model": "named CLIP architecture",
+    "backend": "auto | onnxruntime | tensorrt",
+    "precision": "int8 | fp32 | fp16",
+}
+VLM_ARGUMENTS = {
+    "llm": "tiny | tinyllama-1.1b | a Hugging Face Llama folder",
+    "prompt_topic": "std_msgs/String questions",
+    "answer_topic": "openclaw_vision/VlmAnswer answers",
+    "max_new_tokens": "longest answer, in tokens",
+}
+#: arguments that set a parameter of both nodes (the VLM reads what the encoder writes)
+SHARED = ("features_topic",)
+
+
+def user_overrides(values: Mapping[str, str], names) -> dict[str, Any]:
+    """{parameter: typed value} for the arguments in `names` that the user set (not UNSET)."""
+    return {name: yaml.safe_load(values[name]) for name in names if values.get(name, UNSET) != UNSET}
+
+
+def node_overrides(values: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(encoder parameters, VLM parameters) that the launch arguments `values` override."""
+    encoder = user_overrides(values, ENCODER_ARGUMENTS)
+    vlm = user_overrides(values, (*VLM_ARGUMENTS, *SHARED))
+    return encoder, vlm
+
+
+def argument_description(name: str) -> str:
+    """What `ros2 launch ... --show-args` says about an overriding argument."""
+    what = {**ENCODER_ARGUMENTS, **VLM_ARGUMENTS}[name]
+    return f"{what}; unset: the parameters file's value"
