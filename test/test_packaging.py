@@ -5,51 +5,192 @@ from __future__ import annotations
 import ast
 import os
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from openclaw_vision.config import EncoderConfig, VlmConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_package_xml_is_valid_format3_with_run_dependencies():
+def _package():
     from catkin_pkg.package import parse_package
 
     pkg = parse_package(str(ROOT / "package.xml"))
     pkg.validate()
+    return pkg
+
+
+def _all_dependencies(pkg) -> set[str]:
+    groups = ("build_depends", "buildtool_depends", "build_export_depends", "buildtool_export_depends",
+              "exec_depends", "test_depends", "doc_depends")  # fmt: skip
+    return {d.name for g in groups for d in getattr(pkg, g)}
+
+
+def test_package_xml_is_valid_format3_with_run_dependencies():
+    pkg = _package()
     assert pkg.package_format == 3
     assert pkg.name == "openclaw_vision"
     run = {d.name for d in pkg.exec_depends} | {d.name for d in pkg.build_export_depends}
-    for dep in (
-        "rclpy",
-        "sensor_msgs",
-        "std_msgs",
-        "diagnostic_msgs",
-        "rosidl_default_runtime",
-        "launch_ros",
-        "python3-numpy",
-        "python3-opencv",
-        "python3-yaml",
-        "python3-onnxruntime-pip",
-    ):
+    for dep in ("rclpy", "sensor_msgs", "std_msgs", "diagnostic_msgs", "rosidl_default_runtime", "launch_ros",
+                "python3-numpy", "python3-opencv", "python3-yaml", "python3-venv"):  # fmt: skip
         assert dep in run, dep
     assert "rosidl_interface_packages" in [g.name for g in pkg.member_of_groups]
     assert pkg.get_build_type() == "ament_cmake"
 
 
-def test_cmakelists_generates_every_msg_and_installs_launch_config_msg():
-    text = (ROOT / "CMakeLists.txt").read_text()
-    gen = re.search(r"rosidl_generate_interfaces\((.*?)\)", text, re.S).group(1)
-    for msg in sorted((ROOT / "msg").glob("*.msg")):
-        assert f'"msg/{msg.name}"' in gen, msg.name
-    install = re.search(r"install\(DIRECTORY (.*?)DESTINATION share/\$\{PROJECT_NAME\}", text, re.S).group(1).split()
-    assert {"launch", "config", "msg"} <= set(install)
-    assert "ament_python_install_package(${PROJECT_NAME})" in text
-    for script in ("encoder_node", "openclaw-vision"):
-        assert f"scripts/{script}" in text
-        assert os.access(ROOT / "scripts" / script, os.X_OK)
+def test_every_dependency_is_a_humble_package_or_a_rosdep_key():
+    """`rosdep install` stops at the first name it cannot resolve. test/rosdep_keys.yaml lists the
+    names checked in ros/rosdistro (humble/distribution.yaml, rosdep/*.yaml) and where."""
+    keys = yaml.safe_load((ROOT / "test" / "rosdep_keys.yaml").read_text())
+    known = set(keys["ros_packages"]) | set(keys["system_keys"])
+    deps = _all_dependencies(_package())
+    assert deps <= known, f"not checked against ros/rosdistro: {sorted(deps - known)}"
+    assert not deps & set(keys["not_keys"]) and "python3-tokenizers-pip" in keys["not_keys"]
+    for key, where in keys["system_keys"].items():
+        assert where["file"].startswith("rosdep/") and where["ubuntu"], key
+
+
+def test_no_dependency_is_installed_by_an_unpinned_pip_step():
+    """rosdep installs a `-pip` key with `pip install -U <name>` (rosdep2/platforms/pip.py): no
+    version pin is possible, and onnxruntime's pulls numpy 2.x over Jammy's (README, Jammy)."""
+    keys = yaml.safe_load((ROOT / "test" / "rosdep_keys.yaml").read_text())
+    for dep in _all_dependencies(_package()):
+        assert not dep.endswith("-pip") and "pip" not in keys["system_keys"].get(dep, {}).get("ubuntu", ""), dep
+
+
+def test_the_pinned_humble_requirements_keep_numpy_1():
+    """requirements-humble.txt: numpy < 2 (Jammy's cv2 and Humble's message modules are built for
+    1.x) and >= 1.21.6 (every onnxruntime from 1.16 on requires it); exact pins throughout."""
+    pins = {}
+    for line in (ROOT / "requirements-humble.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            pins[name.strip()] = tuple(int(x) for x in version.split("."))
+    assert set(pins) == {"numpy", "onnxruntime", "tokenizers"}
+    assert (1, 21, 6) <= pins["numpy"] < (2,)
+    assert pins["onnxruntime"] >= (1, 16)
+
+
+CMAKE = (ROOT / "CMakeLists.txt").read_text()
+CALLS = re.findall(r"^\s*([a-z_]+)\((.*?)\)\s*$", re.sub(r"#[^\n]*", "", CMAKE), re.S | re.M)
+
+
+def _calls(name: str) -> list[str]:
+    return [" ".join(args.split()) for cmd, args in CALLS if cmd == name]
+
+
+def test_cmakelists_installs_the_python_package_without_a_second_ament_python_install_package():
+    """The rule that broke colcon on Humble: rosidl_generate_interfaces(${PROJECT_NAME}) already runs
+    ament_python_install_package(${PROJECT_NAME} PACKAGE_DIR <generated>) (rosidl_python#131,
+    rosidl_generator_py_generate_interfaces.cmake, humble), and a second one for the same name stops
+    configuration (ament_cmake_python/cmake/ament_python_install_package.cmake, humble:
+    "has been installed before"; rosidl_python#141, ament_cmake#514)."""
+    (gen,) = _calls("rosidl_generate_interfaces")
+    assert gen.startswith("${PROJECT_NAME}") and "SKIP_INSTALL" not in gen
+    assert not [
+        c for c in _calls("ament_python_install_package") if c.split()[0] in ("${PROJECT_NAME}", "openclaw_vision")
+    ]
+    # instead: our sources into the same directory, after rosidl's rules (install rules run in order)
+    assert "ament_get_python_install_dir(python_install_dir)" in CMAKE
+    names = [cmd for cmd, _ in CALLS]
+    ours = [i for i, (cmd, args) in enumerate(CALLS)
+            if cmd == "install" and " ".join(args.split()).startswith("DIRECTORY ${PROJECT_NAME}/")]  # fmt: skip
+    assert len(ours) == 1 and ours[0] > names.index("rosidl_generate_interfaces")
+    assert "DESTINATION ${python_install_dir}/${PROJECT_NAME}" in " ".join(CALLS[ours[0]][1].split())
+    assert 'PATTERN "__pycache__" EXCLUDE' in " ".join(CALLS[ours[0]][1].split())
+
+
+def test_our_python_package_leaves_room_for_what_rosidl_generates_into_it():
+    """Generated into the same directory: msg/ (the message classes), <pkg>_s__rosidl_typesupport_*
+    libraries, and an empty __init__.py that ours replaces: so no msg/ of ours, no such names."""
+    pkg = ROOT / "openclaw_vision"
+    assert not (pkg / "msg").exists()
+    assert not list(pkg.glob("openclaw_vision_s__*")) and not list(pkg.glob("_openclaw_vision_s.*"))
+    text = (pkg / "__init__.py").read_text()
+    assert not re.search(r"^\s*(import|from) ", text, re.M), "our __init__.py is imported by every msg import"
+
+
+def test_cmakelists_generates_every_msg_and_installs_executables_launch_config_msg():
+    gen = CMAKE[CMAKE.index("set(msg_files") : CMAKE.index("rosidl_generate_interfaces(")]
+    listed = re.findall(r'"msg/([A-Za-z0-9]+\.msg)"', gen)
+    assert listed == sorted(listed) and set(listed) == {m.name for m in (ROOT / "msg").glob("*.msg")}
+    assert "${msg_files}" in _calls("rosidl_generate_interfaces")[0]
+    install = [c.split() for c in _calls("install")]
+    assert ["DIRECTORY", "launch", "config", "msg", "DESTINATION", "share/${PROJECT_NAME}"] in install
+    assert ["FILES", "requirements-humble.txt", "DESTINATION", "share/${PROJECT_NAME}"] in install
+    programs = next(c for c in install if c[0] == "PROGRAMS")
+    for script in ("encoder_node", "vlm_node", "openclaw-vision"):
+        assert f"scripts/{script}" in programs and os.access(ROOT / "scripts" / script, os.X_OK)
+    assert programs[-2:] == ["DESTINATION", "lib/${PROJECT_NAME}"]  # where `ros2 run` looks
+
+
+FAKE_AMENT = ROOT / "test" / "fake_ament"
+AMENT_PACKAGES = ("ament_cmake", "ament_cmake_python", "rosidl_default_generators", "std_msgs", "builtin_interfaces")
+
+
+def _cmake(source: Path, build: Path, *extra: str) -> subprocess.CompletedProcess:
+    defs = [f"-D{p}_DIR={FAKE_AMENT}" for p in AMENT_PACKAGES]
+    return subprocess.run(["cmake", "-S", str(source), "-B", str(build), *defs, *extra], capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+
+
+needs_cmake = pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake is not installed")
+
+
+@needs_cmake
+def test_colcons_install_space_holds_our_package_and_the_generated_messages_together(tmp_path):
+    """CMakeLists.txt configured and installed with test/fake_ament (Humble's rules, see its README)."""
+    prefix = tmp_path / "install"
+    res = _cmake(ROOT, tmp_path / "build", f"-DCMAKE_INSTALL_PREFIX={prefix}")
+    assert res.returncode == 0, res.stdout + res.stderr
+    subprocess.run(["cmake", "--install", str(tmp_path / "build")], check=True, capture_output=True, timeout=300)
+    site = prefix / "local/lib/python3.10/dist-packages"  # Jammy's answer; nothing hard-codes site-packages
+    pkg = site / "openclaw_vision"
+    assert (pkg / "__init__.py").read_text() == (ROOT / "openclaw_vision" / "__init__.py").read_text()
+    assert (pkg / "msg" / "__init__.py").is_file() and (pkg / "preprocess" / "cpu.py").is_file()
+    assert not list(pkg.rglob("__pycache__"))
+    for script in ("encoder_node", "vlm_node", "openclaw-vision"):
+        assert os.access(prefix / "lib" / "openclaw_vision" / script, os.X_OK)
+    for shared in (
+        "launch/vision.launch.py",
+        "config/encoder.yaml",
+        "msg/VisualFeatures.msg",
+        "requirements-humble.txt",
+    ):
+        assert (prefix / "share" / "openclaw_vision" / shared).is_file(), shared
+    code = (
+        "import openclaw_vision, openclaw_vision.ros.types, openclaw_vision.ros.launch_args\n"
+        "from openclaw_vision.msg import VisualFeatures, VlmAnswer\n"
+        "assert VisualFeatures.typesupport().GENERATED and VlmAnswer.typesupport().GENERATED\n"
+        "print(openclaw_vision.__file__)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == str(pkg / "__init__.py")
+
+
+@needs_cmake
+def test_the_fake_ament_catches_the_layout_that_broke(tmp_path):
+    """The same sources with the old second ament_python_install_package(${PROJECT_NAME}) fail to configure."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("msg", "openclaw_vision", "scripts", "launch", "config", "package.xml", "requirements-humble.txt"):
+        (src / name).symlink_to(ROOT / name)
+    (src / "CMakeLists.txt").write_text(
+        CMAKE.replace("ament_package()", "ament_python_install_package(${PROJECT_NAME})\nament_package()")
+    )
+    res = _cmake(src, tmp_path / "build")
+    assert res.returncode != 0
+    assert "ament_cmake_python_copy_openclaw_vision" in res.stderr or "has been installed before" in res.stderr
 
 
 def test_setup_py_installs_every_launch_config_and_msg_file(monkeypatch):
@@ -67,19 +208,17 @@ def test_setup_py_installs_every_launch_config_and_msg_file(monkeypatch):
     assert "resource/openclaw_vision" in installed
 
 
-@pytest.mark.parametrize(("table", "cls"), [("ENCODER_OVERRIDES", EncoderConfig), ("VLM_OVERRIDES", VlmConfig)])
-def test_launch_file_arguments_are_node_parameters_with_their_defaults(table, cls):
-    tree = ast.parse((ROOT / "launch" / "vision.launch.py").read_text())
-    overrides = next(
-        n.value for n in ast.walk(tree) if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == table
-    )
-    launch_defaults = ast.literal_eval(overrides)
-    defaults = cls().as_dict()
-    for key, value in launch_defaults.items():
-        assert key in defaults, f"launch argument {key} is not a {cls.__name__} parameter"
-        assert str(defaults[key]) == value, f"launch default for {key} differs from the node's"
+def test_launch_file_declares_each_override_unset_and_starts_the_installed_executables():
+    from openclaw_vision.ros.launch_args import ENCODER_ARGUMENTS, UNSET, VLM_ARGUMENTS
+
     text = (ROOT / "launch" / "vision.launch.py").read_text()
-    assert 'DeclareLaunchArgument("enable_vlm", default_value="false"' in text and 'executable="vlm_node"' in text
+    tree = ast.parse(text)
+    assert "DeclareLaunchArgument(name, default_value=UNSET" in text and UNSET == ""
+    assert "for name in (*ENCODER_ARGUMENTS, *VLM_ARGUMENTS)" in text and ENCODER_ARGUMENTS and VLM_ARGUMENTS
+    executables = {kw.value.value for node in ast.walk(tree) if isinstance(node, ast.Call)
+                   for kw in node.keywords if kw.arg == "executable"}  # fmt: skip
+    assert executables == {"encoder_node", "vlm_node"}
+    assert 'DeclareLaunchArgument("enable_vlm", default_value="false"' in text
 
 
 def test_shipped_config_files_hold_the_node_defaults():
@@ -87,6 +226,39 @@ def test_shipped_config_files_hold_the_node_defaults():
 
     assert read_params_file(ROOT / "config" / "encoder.yaml", "encoder_node") == EncoderConfig().as_dict()
     assert read_params_file(ROOT / "config" / "vlm.yaml", "vlm_node") == VlmConfig().as_dict()
+
+
+@pytest.mark.parametrize(("name", "cls"), [("encoder.yaml", EncoderConfig), ("vlm.yaml", VlmConfig)])
+def test_each_yaml_comment_is_the_parameters_description(name, cls):
+    """One source: config.Param's description is the YAML comment and the ROS descriptor's text."""
+    comments = {}
+    for line in (ROOT / "config" / name).read_text().splitlines():
+        m = re.match(r"^    ([a-z_]+): .*?\s+# (.*)$", line)
+        if m:
+            comments[m.group(1)] = m.group(2)
+    assert comments == {key: spec.description for key, spec in cls.params().items()}
+
+
+def test_the_ros_modules_import_each_other_in_one_direction():
+    """No import circle in ros/ (function-level imports included): types.py is imported by the
+    transports and transport.py imports them, never the other way round."""
+    graph = {}
+    for path in (ROOT / "openclaw_vision" / "ros").glob("*.py"):
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                deps.add(node.module.split(".")[0] if node.module else "")
+        graph[path.stem] = deps & {p.stem for p in (ROOT / "openclaw_vision" / "ros").glob("*.py")}
+    assert "transport" not in graph["cyclone"] | graph["rclpy_transport"]
+    assert graph["types"] == set()
+
+    def visit(mod, stack):
+        assert mod not in stack, f"import circle: {' -> '.join([*stack, mod])}"
+        for dep in graph[mod]:
+            visit(dep, [*stack, mod])
+
+    for mod in graph:
+        visit(mod, [])
 
 
 def test_loopback_dds_config_stays_on_this_machine():

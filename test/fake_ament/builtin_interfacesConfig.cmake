@@ -1,0 +1,1 @@
+set(builtin_interfaces_FOUND TRUE)

@@ -1,0 +1,1 @@
+set(std_msgs_FOUND TRUE)
