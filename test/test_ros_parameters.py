@@ -161,7 +161,7 @@ def test_a_value_only_rclpy_refuses_is_still_one_configuration_error(fake_rclpy,
     assert "configuration error: parameter threads" in caplog.text
 
 
-def test_ros_arguments_win_over_flags_and_the_file_and_choose_the_transport(tmp_path, caplog):
+def test_ros_arguments_win_over_flags_and_the_file_and_choose_the_transport(tmp_path, caplog, dds_domain):
     f = _params_file(tmp_path, "encoder_node", "model: tiny\ndepth: 2\ntransport: rclpy")
     cfg, args = build_config(
         ["--config", str(f), "--depth", "3", "--ros-args", "-p", "depth:=4", "-p", "transport:=cyclonedds",

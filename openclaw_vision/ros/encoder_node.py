@@ -60,8 +60,7 @@ class EncoderNode:
         self._lost_before = 0  # samples lost by image subscriptions replaced since start
         self._features = transport.publisher(cfg.features_topic, VISUAL_FEATURES, DEFAULT)
         self._diag = transport.publisher("/diagnostics", DIAGNOSTIC_ARRAY, QoS("reliable", 1))
-        image_qos = QoS(cfg.reliability, cfg.depth)
-        self._images = transport.subscribe(cfg.image_topic, IMAGE, image_qos, self._on_image)
+        self._images = self._subscribe_images()
         self._threads = [
             threading.Thread(target=self._work, name="encoder-worker", daemon=True),
             threading.Thread(target=self._report, name="diagnostics", daemon=True),
@@ -158,8 +157,13 @@ class EncoderNode:
         neither exists are not received (nor counted): what any subscriber restart does."""
         self._lost_before += getattr(self._images, "lost", lambda: 0)()
         self._images.close()
-        qos = QoS(self.cfg.reliability, self.cfg.depth)
-        self._images = self.transport.subscribe(self.cfg.image_topic, IMAGE, qos, self._on_image)
+        self._images = self._subscribe_images()
+
+    def _subscribe_images(self):
+        """The image subscription as `self.cfg` asks for it (at start, and again after a QoS change)."""
+        return self.transport.subscribe(
+            self.cfg.image_topic, IMAGE, QoS(self.cfg.reliability, self.cfg.depth), self._on_image
+        )
 
     # lifecycle --------------------------------------------------------------------------
     def start(self) -> EncoderNode:
