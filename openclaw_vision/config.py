@@ -19,6 +19,9 @@ from .models.configs import MODEL_CONFIGS
 from .ros.transport import RELIABILITIES, TRANSPORTS
 from .vlm.tokenizer import DEFAULT_SYSTEM
 
+#: image_transport's two plugins we read: raw Image, or its `compressed` CompressedImage sub-topic
+IMAGE_TRANSPORTS = ("raw", "compressed")
+
 
 class ConfigError(ValueError):
     """A configuration value that the node cannot run with."""
@@ -65,6 +68,8 @@ class EncoderConfig(NodeConfig):
     depth: int = 1
     diagnostics_period: float = 1.0
     transport: str = "auto"
+    # raw: sensor_msgs/Image on image_topic; compressed: sensor_msgs/CompressedImage on image_topic + "/compressed"
+    image_transport: str = "raw"
 
     def validate(self) -> EncoderConfig:
         for key in ("image_topic", "features_topic"):
@@ -86,6 +91,8 @@ class EncoderConfig(NodeConfig):
             raise self._bad("diagnostics_period", "must be > 0 seconds")
         if self.transport not in TRANSPORTS:
             raise self._bad("transport", f"choose one of {', '.join(TRANSPORTS)}")
+        if self.image_transport not in IMAGE_TRANSPORTS:
+            raise self._bad("image_transport", f"choose one of {', '.join(IMAGE_TRANSPORTS)}")
         return self
 
 

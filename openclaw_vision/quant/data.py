@@ -14,9 +14,9 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from ..frame import Frame
 from ..preprocess.cpu import CpuPreprocessor
-from ..preprocess.encodings import FrameError, to_rgb
+from ..preprocess.encodings import FrameError
+from ..preprocess.frame import Frame
 from ..preprocess.spec import PreprocessSpec
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
@@ -127,7 +127,7 @@ def to_rgb_frame(frame: Frame) -> Frame:
     """The frame as packed RGB (any supported encoding), for resizing."""
     if frame.encoding == "rgb8":
         return frame
-    return Frame.from_rgb(to_rgb(frame.pixels, frame.encoding), frame.stamp_ns)
+    return Frame.from_rgb(frame.to_rgb(), frame.stamp_ns)
 
 
 def resized(frame: Frame, width: int, height: int) -> Frame:

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 log = logging.getLogger(__name__)
 
 IMAGE = "sensor_msgs/msg/Image"
+COMPRESSED_IMAGE = "sensor_msgs/msg/CompressedImage"
 VISUAL_FEATURES = "openclaw_vision/msg/VisualFeatures"
 DIAGNOSTIC_ARRAY = "diagnostic_msgs/msg/DiagnosticArray"
 DIAGNOSTIC_STATUS = "diagnostic_msgs/msg/DiagnosticStatus"
