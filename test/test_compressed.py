@@ -174,3 +174,14 @@ def test_the_decoder_seam_takes_another_decoder(photo, monkeypatch):
     assert calls == [("jpeg", len(data))] and frame.encoding == "bgr8"
     with pytest.raises(ValueError, match="image decoder must be one of"):
         cmp.create_decoder("nvjpeg-missing")
+
+
+def test_image_transport_parameter_picks_the_compressed_sub_topic():
+    from openclaw_vision.config import ConfigError, EncoderConfig
+    from openclaw_vision.ros.encoder_node import image_subscription
+
+    assert image_subscription(EncoderConfig()) == ("/camera/image_raw", "sensor_msgs/msg/Image")
+    cfg = EncoderConfig(image_topic="/front/image_raw/", image_transport="compressed").validate()
+    assert image_subscription(cfg) == ("/front/image_raw/compressed", "sensor_msgs/msg/CompressedImage")
+    with pytest.raises(ConfigError, match="parameter image_transport='theora': choose one of raw, compressed"):
+        EncoderConfig(image_transport="theora").validate()
