@@ -118,48 +118,68 @@ def test_a_data_length_beyond_the_sample_raises():
         cdr.parse_image(lying)
 
 
-@pytest.mark.dds
-def test_cyclone_transport_hands_over_views_and_publishes_raw_bytes(dds_domain):
-    """Through real DDS: raw CDR in, an image whose header is the transport's own type and whose data is a view."""
-    import threading
+def _wait(pred, timeout: float = 30.0) -> bool:
+    import time
 
-    from openclaw_vision.ros.cyclone import CycloneTransport
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+@pytest.mark.dds
+@pytest.mark.parametrize("zero_copy", [True, False])
+def test_cyclone_transport_hands_over_views_and_publishes_raw_bytes(dds_domain, monkeypatch, zero_copy):
+    """Through real DDS: raw CDR in, an image whose header is the transport's own type and whose data is a view.
+
+    zero_copy: dds_takecdr's reference into Cyclone's sample; else the binding's copying take.
+    """
+    from openclaw_vision.ros import cyclone
     from openclaw_vision.ros.transport import COMPRESSED_IMAGE, IMAGE, QoS
 
-    t = CycloneTransport("cdr_probe")
+    if not zero_copy:
+        monkeypatch.setattr(cyclone, "_ddsc", lambda: None)
+    released = []
+    real_release = cyclone._release
+    monkeypatch.setattr(cyclone, "_release", lambda *a: (released.append(1), real_release(*a)))
+    t = cyclone.CycloneTransport("cdr_probe")
     got: dict[str, list] = {IMAGE: [], COMPRESSED_IMAGE: []}
-    done = threading.Event()
-
-    def on(kind):
-        def cb(msg, dt):
-            got[kind].append((msg, dt))
-            if all(got.values()):
-                done.set()
-
-        return cb
-
     try:
-        subs = [t.subscribe("/probe/image", IMAGE, QoS(), on(IMAGE))]
-        subs.append(t.subscribe("/probe/image/compressed", COMPRESSED_IMAGE, QoS(), on(COMPRESSED_IMAGE)))
+        subs = [t.subscribe("/probe/image", IMAGE, QoS(), lambda m, dt: got[IMAGE].append((m, dt)))]
+        subs.append(
+            t.subscribe(
+                "/probe/image/compressed", COMPRESSED_IMAGE, QoS(), lambda m, dt: got[COMPRESSED_IMAGE].append(m)
+            )
+        )
+        assert [s.zero_copy for s in subs] == [zero_copy] * 2
         pubs = [
             t.publisher("/probe/image", IMAGE, QoS()),
             t.publisher("/probe/image/compressed", COMPRESSED_IMAGE, QoS()),
         ]
-        pause = threading.Event()
-        for _ in range(400):
-            if all(p.matched() for p in pubs) and all(s.matched() for s in subs):
-                break
-            pause.wait(0.05)
+        assert _wait(lambda: all(p.matched() for p in pubs) and all(s.matched() for s in subs))
         pixels = bytes(range(256)) * 30 + b"\x01"  # 7681 bytes: an odd length is padded on the wire
-        pubs[0].publish(cdr.image_cdr(3, 4, "cam", 1, 7681, "mono8", 0, 7681, pixels))
+        for i in range(5):
+            pubs[0].publish(cdr.image_cdr(3, i, "cam", 1, 7681, "mono8", 0, 7681, pixels))
         pubs[1].publish(cdr.compressed_image_cdr(5, 6, "cam", "jpeg", b"\xff\xd8\xff\xd9"))
-        assert done.wait(30), got
+        assert _wait(lambda: len(got[IMAGE]) == 5 and got[COMPRESSED_IMAGE]), got
         img, dt = got[IMAGE][0]
         assert isinstance(img, cdr.ImageView) and isinstance(img.data, memoryview) and dt >= 0
         assert bytes(img.data) == pixels and (img.width, img.encoding) == (7681, "mono8")
         assert isinstance(img.header, idl_type("std_msgs/msg/Header"))
-        assert (img.header.stamp.sec, img.header.stamp.nanosec, img.header.frame_id) == (3, 4, "cam")
-        comp, _ = got[COMPRESSED_IMAGE][0]
+        assert (img.header.stamp.sec, img.header.stamp.nanosec, img.header.frame_id) == (3, 0, "cam")
+        assert [m.header.stamp.nanosec for m, _ in got[IMAGE]] == list(range(5))
+        comp = got[COMPRESSED_IMAGE][0]
         assert comp.format == "jpeg" and bytes(comp.data) == b"\xff\xd8\xff\xd9"
+        if zero_copy:  # each sample's reference is given back once nothing views it any more
+            import gc
+
+            assert released == []
+            got[IMAGE].clear()
+            del img, comp
+            got[COMPRESSED_IMAGE].clear()
+            gc.collect()
+            assert len(released) == 6
     finally:
         t.close()
