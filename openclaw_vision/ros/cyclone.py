@@ -199,7 +199,7 @@ def _release(lib, ref: int, iov: _Iovec) -> None:
 
 
 def take_serialized_ref(lib, reader: int, mask: int) -> tuple[Any, bool] | None:
-    """(a read-only-by-convention memoryview of one sample's CDR bytes, valid_data), or None when empty.
+    """(a read-only memoryview of one sample's CDR bytes, valid_data), or None when empty.
 
     The view points into Cyclone's own copy of the sample: a serdata reference taken with
     ddsi_serdata_to_ser_ref and given back (ddsi_serdata_to_ser_unref) when the view's buffer
@@ -224,7 +224,7 @@ def take_serialized_ref(lib, reader: int, mask: int) -> tuple[Any, bool] | None:
         lib.ddsi_serdata_unref(sd)  # the take's reference; to_ser_ref holds its own
     buf = (ctypes.c_ubyte * iov.iov_len).from_address(iov.iov_base)
     weakref.finalize(buf, _release, lib, ref, iov).atexit = False  # at exit the process frees it all
-    return memoryview(buf).cast("B"), True
+    return memoryview(buf).cast("B").toreadonly(), True
 
 
 class _Subscription:
