@@ -63,7 +63,13 @@ def _frames_from_bag(path: Path, topic: str | None, limit: int, spread: int) -> 
         try:
             frames.append(
                 Frame.from_buffer(
-                    img.data, img.height, img.width, img.step, img.encoding, stamp_ns=stamp_to_ns(img.header.stamp)
+                    img.data,
+                    img.height,
+                    img.width,
+                    img.step,
+                    img.encoding,
+                    stamp_ns=stamp_to_ns(img.header.stamp),
+                    big_endian=bool(img.is_bigendian),
                 )
             )
         except FrameError as err:
