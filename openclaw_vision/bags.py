@@ -17,6 +17,8 @@ import numpy as np
 from .resources import share_path
 
 IMAGE_TYPE = "sensor_msgs/msg/Image"
+COMPRESSED_IMAGE_TYPE = "sensor_msgs/msg/CompressedImage"
+CAMERA_TYPES = (IMAGE_TYPE, COMPRESSED_IMAGE_TYPE)
 FEATURES_TYPE = "openclaw_vision/msg/VisualFeatures"
 BAG_VERSION = 8
 STORAGES = ("mcap", "sqlite3")
@@ -42,7 +44,11 @@ class BagMessage:
 
 
 def read_messages(path: Path, msgtype: str | None = None, topic: str | None = None) -> Iterator[BagMessage]:
-    """Raw CDR messages in time order, optionally only one type or topic (mcap or sqlite3)."""
+    """Raw CDR messages in time order, optionally only one type or topic.
+
+    `path` is a rosbag2 directory (metadata.yaml + mcap or sqlite3 files) or a single .mcap /
+    .db3 file as other tools write them (rosbags' Reader opens both).
+    """
     from rosbags.rosbag2 import Reader
 
     with Reader(Path(path)) as reader:
@@ -59,10 +65,16 @@ def read_messages(path: Path, msgtype: str | None = None, topic: str | None = No
 
 
 def image_topics(path: Path) -> list[str]:
+    """The bag's sensor_msgs/Image topics."""
+    return [t for t, kind in camera_topics(path).items() if kind == IMAGE_TYPE]
+
+
+def camera_topics(path: Path) -> dict[str, str]:
+    """topic → message type for every Image and CompressedImage topic in the bag, sorted by topic."""
     from rosbags.rosbag2 import Reader
 
     with Reader(Path(path)) as reader:
-        return sorted({c.topic for c in reader.connections if c.msgtype == IMAGE_TYPE})
+        return dict(sorted({c.topic: c.msgtype for c in reader.connections if c.msgtype in CAMERA_TYPES}.items()))
 
 
 class BagWriter:
@@ -92,27 +104,50 @@ class BagWriter:
         self._writer.write(self._conns[topic], timestamp_ns, raw)
 
 
-def serialize_image(
-    rgb_or_raw: np.ndarray, encoding: str, stamp_ns: int, frame_id: str = "camera", step: int | None = None
-) -> bytes:
-    """CDR bytes of a sensor_msgs/Image holding `rgb_or_raw` (H, W, C) as `encoding`."""
+def _header(stamp_ns: int, frame_id: str):
     store = typestore()
-    Image = store.types[IMAGE_TYPE]
-    Header = store.types["std_msgs/msg/Header"]
-    Time = store.types["builtin_interfaces/msg/Time"]
-    h, w = rgb_or_raw.shape[:2]
+    Header, Time = store.types["std_msgs/msg/Header"], store.types["builtin_interfaces/msg/Time"]
+    return Header(stamp=Time(sec=stamp_ns // 1_000_000_000, nanosec=stamp_ns % 1_000_000_000), frame_id=frame_id)
+
+
+def serialize_image(
+    rgb_or_raw: np.ndarray,
+    encoding: str,
+    stamp_ns: int,
+    frame_id: str = "camera",
+    step: int | None = None,
+    is_bigendian: int = 0,
+) -> bytes:
+    """CDR bytes of a sensor_msgs/Image holding `rgb_or_raw` (rows, W, C) as `encoding`.
+
+    rows is the image height, or height × 3/2 for nv12/nv21 (their chroma rows follow).
+    """
+    from .preprocess.encodings import ENCODINGS
+
+    store = typestore()
+    rows, w = rgb_or_raw.shape[:2]
+    enc = ENCODINGS.get(encoding)
+    h = rows * 2 // 3 if enc is not None and enc.planar420 else rows
     data = np.ascontiguousarray(rgb_or_raw, dtype=np.uint8).reshape(-1)
-    row = data.size // h
-    msg = Image(
-        header=Header(stamp=Time(sec=stamp_ns // 1_000_000_000, nanosec=stamp_ns % 1_000_000_000), frame_id=frame_id),
+    msg = store.types[IMAGE_TYPE](
+        header=_header(stamp_ns, frame_id),
         height=h,
         width=w,
         encoding=encoding,
-        is_bigendian=0,
-        step=row if step is None else step,
+        is_bigendian=is_bigendian,
+        step=data.size // rows if step is None else step,
         data=data,
     )
     return bytes(store.serialize_cdr(msg, IMAGE_TYPE))
+
+
+def serialize_compressed_image(data: bytes, fmt: str, stamp_ns: int, frame_id: str = "camera") -> bytes:
+    """CDR bytes of a sensor_msgs/CompressedImage."""
+    store = typestore()
+    msg = store.types[COMPRESSED_IMAGE_TYPE](
+        header=_header(stamp_ns, frame_id), format=fmt, data=np.frombuffer(data, np.uint8)
+    )
+    return bytes(store.serialize_cdr(msg, COMPRESSED_IMAGE_TYPE))
 
 
 def deserialize(raw: bytes, msgtype: str):
@@ -129,15 +164,25 @@ def write_sample_bag(
     topic: str = "/camera/image_raw",
     storage: str = "mcap",
     start_ns: int = 1_700_000_000_000_000_000,
+    compressed: str = "",
 ) -> int:
-    """Write `frames` panning camera frames at `fps` as sensor_msgs/Image; returns the count."""
-    from .sample_frames import convert_rgb, pan_frames
+    """Write `frames` panning camera frames at `fps`; returns the count.
+
+    As sensor_msgs/Image on `topic`, or with `compressed` = jpeg | png as sensor_msgs/CompressedImage
+    on `<topic>/compressed` with compressed_image_transport's format strings.
+    """
+    from .sample_frames import compress_rgb, convert_rgb, pan_frames
 
     period = round(1e9 / fps)
     n = 0
     with BagWriter(path, storage) as bag:
         for i, rgb in enumerate(pan_frames(frames, width, height)):
             stamp = start_ns + i * period
-            bag.write(topic, IMAGE_TYPE, stamp, serialize_image(convert_rgb(rgb, encoding), encoding, stamp))
+            if compressed:
+                fmt, data = compress_rgb(np.ascontiguousarray(rgb), encoding, compressed)
+                raw = serialize_compressed_image(data, fmt, stamp)
+                bag.write(topic.rstrip("/") + "/compressed", COMPRESSED_IMAGE_TYPE, stamp, raw)
+            else:
+                bag.write(topic, IMAGE_TYPE, stamp, serialize_image(convert_rgb(rgb, encoding), encoding, stamp))
             n += 1
     return n

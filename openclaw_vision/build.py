@@ -56,7 +56,7 @@ def ensure_int8(model: str, calib: Path | None = None, fp32_path: Path | None = 
     fp32 = ensure_fp32(model, fp32_path)
     frames = None
     if calib is None:
-        from .frame import Frame
+        from .preprocess.frame import Frame
         from .sample_frames import pan_frames
 
         frames = [Frame.from_rgb(f) for f in pan_frames(SAMPLE_CALIBRATION_FRAMES)]

@@ -110,11 +110,24 @@ def cmd_bag_sample(args: argparse.Namespace) -> int:
         print(f"{args.out} exists; remove it first", file=sys.stderr)
         return 1
     t0 = time.perf_counter()
-    n = write_sample_bag(
-        args.out, args.frames, args.fps, args.width, args.height, args.encoding, args.topic, args.storage
-    )
+    try:
+        n = write_sample_bag(
+            args.out,
+            args.frames,
+            args.fps,
+            args.width,
+            args.height,
+            args.encoding,
+            args.topic,
+            args.storage,
+            compressed=args.compressed,
+        )
+    except ValueError as err:
+        print(f"bag sample: {err}", file=sys.stderr)
+        return 2
+    what = f"{args.compressed} CompressedImage on {args.topic.rstrip('/')}/compressed" if args.compressed else "Image"
     print(
-        f"wrote {n} {args.width}x{args.height} {args.encoding} frames at {args.fps} fps to {args.out} "
+        f"wrote {n} {args.width}x{args.height} {args.encoding} frames ({what}) at {args.fps} fps to {args.out} "
         f"({args.storage}, {time.perf_counter() - t0:.1f} s)"
     )
     return 0
@@ -140,6 +153,7 @@ def _replay_options(args: argparse.Namespace):
         reliability=args.reliability,
         limit=args.limit,
         storage=args.storage,
+        restamp=not args.keep_stamps,
     )
 
 
@@ -171,6 +185,11 @@ def add_replay_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lockstep", action="store_true", help="send the next frame only after this one's features")
     p.add_argument("--reliability", choices=("reliable", "best_effort"), default="reliable")
     p.add_argument("--limit", type=int, default=0, help="send at most this many frames")
+    p.add_argument(
+        "--keep-stamps",
+        action="store_true",
+        help="keep the bag's header stamps, as `ros2 bag play` does (default: stamp each image with its send time)",
+    )
     p.add_argument(
         "--storage",
         choices=("mcap", "sqlite3"),
@@ -257,7 +276,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fps", type=float, default=30.0)
     p.add_argument("--width", type=int, default=1920)
     p.add_argument("--height", type=int, default=1080)
-    p.add_argument("--encoding", default="rgb8")
+    p.add_argument(
+        "--encoding",
+        default="rgb8",
+        help="rgb8 bgr8 rgba8 bgra8 mono8 mono16 16UC1 yuv422 yuyv nv12 nv21 bayer_rggb8 bayer_bggr8 bayer_gbrg8 "
+        "bayer_grbg8 (compressed: rgb8 bgr8 rgba8 bgra8 mono8)",
+    )
+    p.add_argument(
+        "--compressed",
+        choices=("", "jpeg", "png"),
+        default="",
+        help="write sensor_msgs/CompressedImage on <topic>/compressed, as image_transport's compressed plugin does",
+    )
     p.add_argument("--topic", default="/camera/image_raw")
     p.add_argument(
         "--storage",

@@ -27,6 +27,9 @@ from .models.configs import MODEL_CONFIGS
 from .ros.types import RELIABILITIES, TRANSPORTS
 from .vlm.tokenizer import DEFAULT_SYSTEM
 
+#: image_transport's two plugins we read: raw Image, or its `compressed` CompressedImage sub-topic
+IMAGE_TRANSPORTS = ("raw", "compressed")
+
 
 class ConfigError(ValueError):
     """A configuration value that the node cannot run with."""
@@ -153,6 +156,10 @@ class EncoderConfig(NodeConfig):
     diagnostics_period: float = param(1.0, "seconds between /diagnostics messages", **PERIOD)
     log_throttle_period: float = param(2.0, "seconds between log lines about one repeated problem", **PERIOD)
     transport: str = param("auto", "auto: rclpy if ROS 2 is sourced, else cyclonedds", choices=TRANSPORTS)
+    image_transport: str = param(
+        "raw", "raw: sensor_msgs/Image on image_topic; compressed: CompressedImage on <image_topic>/compressed",
+        choices=IMAGE_TRANSPORTS,
+    )  # fmt: skip
 
     def validate(self) -> EncoderConfig:
         for key in ("image_topic", "features_topic"):

@@ -38,3 +38,40 @@ def test_reading_a_missing_topic_says_what_the_bag_has(tmp_path):
     bags.write_sample_bag(tmp_path / "b", frames=1, width=64, height=48)
     with pytest.raises(ValueError, match=r"it has /camera/image_raw \[sensor_msgs/msg/Image\]"):
         list(bags.read_messages(tmp_path / "b", topic="/nope"))
+
+
+@pytest.mark.parametrize(
+    ("codec", "encoding", "fmt"),
+    [("jpeg", "rgb8", "rgb8; jpeg compressed bgr8"), ("png", "mono8", "mono8; png compressed "),
+     ("jpeg", "mono8", "mono8; jpeg compressed mono8")],
+)  # fmt: skip
+def test_sample_bag_compressed_is_image_transports_compressed_topic(tmp_path, codec, encoding, fmt):
+    from openclaw_vision.preprocess.compressed import decode_compressed
+
+    path = tmp_path / "c"
+    assert bags.write_sample_bag(path, frames=2, width=320, height=240, encoding=encoding, compressed=codec) == 2
+    assert bags.camera_topics(path) == {"/camera/image_raw/compressed": bags.COMPRESSED_IMAGE_TYPE}
+    assert bags.image_topics(path) == []
+    msgs = [bags.deserialize(m.raw, bags.COMPRESSED_IMAGE_TYPE) for m in bags.read_messages(path)]
+    assert {m.format for m in msgs} == {fmt}  # compressed_image_transport's format strings
+    frame = decode_compressed(np.asarray(msgs[0].data), msgs[0].format)
+    assert (frame.width, frame.height) == (320, 240)
+
+
+@pytest.mark.parametrize("encoding", ["nv12", "bayer_grbg8", "mono16"])
+def test_sample_bag_in_camera_encodings(tmp_path, encoding):
+    from openclaw_vision.preprocess.frame import Frame
+
+    bags.write_sample_bag(tmp_path / "e", frames=1, width=64, height=48, encoding=encoding)
+    img = bags.deserialize(next(bags.read_messages(tmp_path / "e")).raw, bags.IMAGE_TYPE)
+    assert (img.width, img.height, img.encoding) == (64, 48, encoding)
+    assert len(img.data) == img.step * (72 if encoding == "nv12" else 48)
+    assert Frame.from_buffer(img.data, img.height, img.width, img.step, img.encoding).to_rgb().shape == (48, 64, 3)
+
+
+def test_replay_keep_stamps_flag():
+    from openclaw_vision.cli import _replay_options, build_parser
+
+    parse = build_parser().parse_args
+    assert _replay_options(parse(["replay", "b"])).restamp is True
+    assert _replay_options(parse(["replay", "b", "--keep-stamps"])).restamp is False

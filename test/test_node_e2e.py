@@ -11,8 +11,8 @@ import pytest
 
 from openclaw_vision import bags
 from openclaw_vision.encoders.onnxruntime import OnnxRuntimeEncoder
-from openclaw_vision.frame import Frame
 from openclaw_vision.preprocess.cpu import CpuPreprocessor
+from openclaw_vision.preprocess.frame import Frame
 from openclaw_vision.ros.process import NodeProcess
 from openclaw_vision.ros.replay import ReplayError, ReplayOptions, replay
 

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from openclaw_vision.frame import Frame
 from openclaw_vision.models.checkpoint import build_model
 from openclaw_vision.preprocess.cpu import CpuPreprocessor
 from openclaw_vision.preprocess.encodings import FrameError
+from openclaw_vision.preprocess.frame import Frame
 from openclaw_vision.preprocess.reference import reference_preprocess
 from openclaw_vision.preprocess.spec import PreprocessSpec, crop_box, resized_size
 from openclaw_vision.sample_frames import convert_rgb, pan_frames

@@ -9,8 +9,10 @@ import time
 import numpy as np
 import pytest
 
+from openclaw_vision.ros.diagnostics import status_values
 from openclaw_vision.ros.process import NodeProcess
-from openclaw_vision.ros.types import DEFAULT, HEADER, STRING, TIME, VISUAL_FEATURES
+from openclaw_vision.ros.types import DEFAULT, DIAGNOSTIC_ARRAY, HEADER, STRING, TIME, VISUAL_FEATURES
+from openclaw_vision.ros.vlm_node import STATUS_NAME
 
 pytestmark = [pytest.mark.vlm, pytest.mark.dds]
 ANSWER = "openclaw_vision/msg/VlmAnswer"
@@ -53,11 +55,24 @@ def test_vlm_node_answers_about_the_newest_frame_and_counts_every_prompt(dds_dom
     try:
         feats_pub = t.publisher("/visual_features", VISUAL_FEATURES, DEFAULT)
         prompt_pub = t.publisher("/vlm/prompt", STRING, DEFAULT)
-        answers, pieces = Inbox(), Inbox()
+        answers, pieces, diagnostics = Inbox(), Inbox(), Inbox()
         subs = [
             t.subscribe("/vlm/answer", ANSWER, DEFAULT, answers),
             t.subscribe("/vlm/answer_stream", STRING, DEFAULT, pieces),
         ]
+        t.subscribe("/diagnostics", DIAGNOSTIC_ARRAY, DEFAULT, diagnostics)
+
+        def counted(key: str, n: int) -> None:
+            """Wait until the node's own /diagnostics says `key` reached n: topics are not ordered
+            with each other, so the next message waits for the node to have handled this one."""
+
+            def reached() -> bool:
+                with diagnostics.cond:
+                    values = [status_values(m, STATUS_NAME) for m in diagnostics.items]
+                return any(v is not None and int(v.get(key, 0)) >= n for v in values)
+
+            _wait(reached, 60)
+
         ends = [feats_pub, prompt_pub, *subs]  # both directions matched before anything is sent
         _wait(lambda: all(e.matched() for e in ends) or not node.alive(), 60)
         assert node.alive(), node.log_text()
@@ -67,14 +82,16 @@ def test_vlm_node_answers_about_the_newest_frame_and_counts_every_prompt(dds_dom
             vec = np.random.default_rng(seed).standard_normal(dim).astype(np.float32)
             cls = t.msg(VISUAL_FEATURES)
             feats_pub.publish(cls(header=header, model_id="enc@test", dim=dim, embedding=t.float_array(vec)))
-            time.sleep(0.3)  # features and prompts are separate topics: let this one land first
 
         def ask(text: str) -> None:
             prompt_pub.publish(t.msg(STRING)(data=text))
 
         ask("anything there?")  # no features yet: rejected, counted, logged
+        counted("rejected", 1)
         features(100)
+        counted("features", 1)
         features(101, dim=7)  # wrong width: rejected, the frame of sec 100 stays the newest
+        counted("features_rejected", 1)
         ask("Is the door open?")
         first = answers.wait(1)[0]
         assert (first.header.stamp.sec, first.header.stamp.nanosec, first.header.frame_id) == (100, 5, "cam")
@@ -85,6 +102,7 @@ def test_vlm_node_answers_about_the_newest_frame_and_counts_every_prompt(dds_dom
         second = answers.wait(2)[1]
         assert second.prefix_reused and second.header.stamp.sec == 100
         features(102, seed=1)
+        counted("features", 3)
         ask("Is the door open?")
         third = answers.wait(3)[2]
         assert third.header.stamp.sec == 102 and not third.prefix_reused

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..frame import Frame
 from ..preprocess.cpu import CpuPreprocessor
+from ..preprocess.frame import Frame
 from ..preprocess.reference import reference_preprocess
 from ..sample_frames import pan_frames
 from .harness import Variant, run_interleaved, summarise

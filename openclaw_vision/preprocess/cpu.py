@@ -19,12 +19,49 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-from ..frame import Frame
-from .encodings import layout_of, to_rgb
+from .encodings import CV_TO_RGB, RGB_INDEX, encoding_of, gray16_to_gray8
+from .frame import Frame
 from .spec import PreprocessSpec, crop_box
 
-# Index of R, G, B in each packed layout; None means 'convert with cvtColor first'.
-_RGB_INDEX = {"RGB": (0, 1, 2), "BGR": (2, 1, 0), "RGBA": (0, 1, 2), "BGRA": (2, 1, 0), "GRAY": (0, 0, 0)}
+#: Pixels around a Bayer crop that are demosaiced with it and then cut off: OpenCV's bilinear
+#: demosaic reads a 3×3 neighbourhood, so with this margin the kept pixels equal a demosaic of
+#: the whole frame (an even number keeps the pattern's phase).
+BAYER_MARGIN = 2
+
+
+def _even_down(v: int) -> int:
+    return v - v % 2
+
+
+def crop_rgb(frame: Frame, x0: int, y0: int, x1: int, y1: int) -> tuple[np.ndarray, str]:
+    """The region [y0:y1, x0:x1] of a frame as (pixels, layout) with layout in RGB_INDEX.
+
+    Packed RGB/BGR/RGBA/BGRA/GRAY crops are zero-copy views; the other encodings are converted
+    (encodings.py's table) on the crop only, on boundaries that give the same pixels as
+    converting the whole frame: pixel pairs for 4:2:2, 2×2 blocks for 4:2:0 (the region is
+    widened to even bounds), a margin for Bayer (the region is exact).
+    """
+    enc = encoding_of(frame.encoding)
+    layout, px = enc.layout, frame.pixels
+    if layout in RGB_INDEX:
+        return px[y0:y1, x0:x1], layout
+    if layout == "GRAY16":
+        return gray16_to_gray8(px[y0:y1, x0:x1], frame.big_endian)[:, :, None], "GRAY"
+    code = getattr(cv2, CV_TO_RGB[layout])
+    if layout in ("UYVY", "YUYV"):  # chroma is shared by pixel pairs: keep the crop on pair boundaries
+        x0, x1 = _even_down(x0), min(x1 + x1 % 2, frame.width)
+        return cv2.cvtColor(np.ascontiguousarray(px[y0:y1, x0:x1]), code), "RGB"
+    if enc.planar420:  # chroma is shared by 2×2 blocks: even bounds, then luma rows + chroma rows, contiguous
+        h = frame.height
+        x0, y0 = _even_down(x0), _even_down(y0)
+        x1, y1 = min(x1 + x1 % 2, frame.width), min(y1 + y1 % 2, h)
+        planes = np.concatenate([px[y0:y1, x0:x1, 0], px[h + y0 // 2 : h + y1 // 2, x0:x1, 0]])
+        return cv2.cvtColor(planes, code), "RGB"
+    # Bayer: demosaic the region plus a margin (starting on an even pixel: same pattern phase), keep the region
+    ex0, ey0 = _even_down(max(x0 - BAYER_MARGIN, 0)), _even_down(max(y0 - BAYER_MARGIN, 0))
+    ex1, ey1 = min(x1 + BAYER_MARGIN, frame.width), min(y1 + BAYER_MARGIN, frame.height)
+    rgb = cv2.cvtColor(np.ascontiguousarray(px[ey0:ey1, ex0:ex1, 0]), code)
+    return rgb[y0 - ey0 : y1 - ey0, x0 - ex0 : x1 - ex0], "RGB"
 
 
 #: Unsharp-mask amount (Gaussian σ = 1 px) applied after downscaling; 0 disables it.
@@ -56,19 +93,10 @@ class CpuPreprocessor:
         self._scale, self._shift = self.spec.scale_shift()
 
     def _crop(self, frame: Frame) -> tuple[np.ndarray, str]:
-        h, w = frame.height, frame.width
-        box = crop_box(h, w, self.spec.size)
-        layout = layout_of(frame.encoding)
+        box = crop_box(frame.height, frame.width, self.spec.size)
         x0, y0 = round(box.x0), round(box.y0)
         x1, y1 = round(box.x0 + box.width), round(box.y0 + box.height)
-        if layout in ("UYVY", "YUYV"):  # chroma is shared by pixel pairs: keep the crop on pair boundaries
-            x0 -= x0 % 2
-            x1 += x1 % 2
-            x1 = min(x1, w)
-        crop = frame.pixels[y0:y1, x0:x1]
-        if layout in _RGB_INDEX:
-            return crop, layout
-        return to_rgb(crop, frame.encoding), "RGB"
+        return crop_rgb(frame, x0, y0, x1, y1)
 
     def __call__(self, frame: Frame, out: np.ndarray | None = None) -> np.ndarray:
         """Preprocess one frame; writes into `out` (3, S, S) when given, e.g. a row of a batch."""
@@ -81,7 +109,7 @@ class CpuPreprocessor:
             small = small[:, :, None]
         if out is None:
             out = np.empty((3, s, s), np.float32)
-        for c, idx in enumerate(_RGB_INDEX[layout]):
+        for c, idx in enumerate(RGB_INDEX[layout]):
             np.multiply(small[:, :, idx], self._scale[c], out=out[c], casting="unsafe")
             out[c] += self._shift[c]
         return out

@@ -10,14 +10,13 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image
 
-from ..frame import Frame
-from .encodings import to_rgb
+from .frame import Frame
 from .spec import PreprocessSpec, resized_size
 
 
 def reference_preprocess(frame: Frame, spec: PreprocessSpec | None = None) -> np.ndarray:
     spec = spec or PreprocessSpec()
-    rgb = to_rgb(frame.pixels, frame.encoding)
+    rgb = frame.to_rgb()
     h, w = rgb.shape[:2]
     rh, rw = resized_size(h, w, spec.size)
     img = Image.fromarray(rgb).resize((rw, rh), Image.Resampling.BICUBIC)

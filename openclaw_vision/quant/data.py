@@ -14,9 +14,9 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from ..frame import Frame
 from ..preprocess.cpu import CpuPreprocessor
-from ..preprocess.encodings import FrameError, to_rgb
+from ..preprocess.encodings import FrameError
+from ..preprocess.frame import Frame
 from ..preprocess.spec import PreprocessSpec
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
@@ -63,7 +63,13 @@ def _frames_from_bag(path: Path, topic: str | None, limit: int, spread: int) -> 
         try:
             frames.append(
                 Frame.from_buffer(
-                    img.data, img.height, img.width, img.step, img.encoding, stamp_ns=stamp_to_ns(img.header.stamp)
+                    img.data,
+                    img.height,
+                    img.width,
+                    img.step,
+                    img.encoding,
+                    stamp_ns=stamp_to_ns(img.header.stamp),
+                    big_endian=bool(img.is_bigendian),
                 )
             )
         except FrameError as err:
@@ -127,7 +133,7 @@ def to_rgb_frame(frame: Frame) -> Frame:
     """The frame as packed RGB (any supported encoding), for resizing."""
     if frame.encoding == "rgb8":
         return frame
-    return Frame.from_rgb(to_rgb(frame.pixels, frame.encoding), frame.stamp_ns)
+    return Frame.from_rgb(frame.to_rgb(), frame.stamp_ns)
 
 
 def resized(frame: Frame, width: int, height: int) -> Frame:

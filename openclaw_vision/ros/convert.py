@@ -1,10 +1,11 @@
-"""Conversions at the ROS boundary: Image message → Frame, Embedding → VisualFeatures."""
+"""Conversions at the ROS boundary: Image/CompressedImage message → Frame, Embedding → VisualFeatures."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..frame import Frame
+from ..preprocess.compressed import CompressedFrame
+from ..preprocess.frame import Frame
 from .types import VISUAL_FEATURES, Transport
 
 
@@ -26,6 +27,14 @@ def image_to_frame(msg: Any) -> Frame:
         str(msg.encoding),
         stamp_ns=stamp_to_ns(msg.header.stamp),
         frame_id=str(msg.header.frame_id),
+        big_endian=bool(msg.is_bigendian),
+    )
+
+
+def compressed_to_frame(msg: Any) -> CompressedFrame:
+    """Check a sensor_msgs/CompressedImage's format and signature (raises FrameError); decode later."""
+    return CompressedFrame.from_buffer(
+        msg.data, str(msg.format), stamp_ns=stamp_to_ns(msg.header.stamp), frame_id=str(msg.header.frame_id)
     )
 
 

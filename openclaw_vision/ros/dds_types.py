@@ -12,7 +12,9 @@ fails). We keep the `sequence<uint8>` annotation, so discovery announces the rig
 register the binding's block-copy machine for it (`_use_block_copy_for_octet_sequences`):
 identical bytes on the wire, Python `bytes` in and out, ~8 ms to encode and ~10 ms to decode
 a 1080p frame here. This touches one private table of cyclonedds-python, which is why the
-requirements pin its major version.
+requirements pin its major version. The Cyclone transport's image subscriptions and the replay
+do not go through these classes at all (ros/cdr.py reads and writes images with `struct`);
+they serve every other type, topic creation and discovery.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Threads and data flow, one direction:
 
     transport thread: take sample → validate into a Frame → LatestSlot (displaced frame: dropped)
-    worker thread:    LatestSlot → preprocess → encode → publish VisualFeatures (header copied)
+    worker thread:    LatestSlot → [decode] → preprocess → encode → publish VisualFeatures (header copied)
                       (the time a frame waits in the slot is the `queue` stage)
     diagnostics:      every `diagnostics_period` s, counters and stage percentiles on /diagnostics
 
@@ -14,6 +14,12 @@ all of them.
 
 `reconfigure` changes the run-time parameters (config.Param.runtime) while the node runs:
 `ros2 param set` with rclpy, a direct call on any transport.
+
+`image_transport: compressed` subscribes to sensor_msgs/CompressedImage on `<image_topic>/compressed`
+(image_transport's name for its `compressed` plugin: SimpleSubscriberPlugin::getTopicToSubscribe
+is `base_topic + "/" + transport name`, ros-perception/image_common humble). The transport thread
+checks format and signature only; the worker decodes (the `decode` stage), so a frame dropped by
+the newest-frame policy costs no decode. A frame that fails either check is rejected.
 """
 
 from __future__ import annotations
@@ -26,21 +32,22 @@ from typing import Any
 
 from .. import config as cfgmod
 from ..encoders import EncoderError, ImageEncoder, create_encoder
+from ..preprocess.compressed import CompressedFrame, create_decoder
 from ..preprocess.cpu import CpuPreprocessor
 from ..preprocess.encodings import FrameError
 from ..preprocess.spec import PreprocessSpec
 from ..resources import default_model_path
 from ..stats import Counters, LatestSlot, StageTimes
-from .convert import features_message, image_to_frame
+from .convert import compressed_to_frame, features_message, image_to_frame
 from .diagnostics import OK, WARN, diagnostic_array, stage_values
 from .runner import Throttle, every, node_main
-from .types import DEFAULT, DIAGNOSTIC_ARRAY, IMAGE, VISUAL_FEATURES, QoS, Transport
+from .types import COMPRESSED_IMAGE, DEFAULT, DIAGNOSTIC_ARRAY, IMAGE, VISUAL_FEATURES, QoS, Transport
 
 log = logging.getLogger("encoder_node")
 
 NODE_NAME = "encoder_node"
 STATUS_NAME = f"{NODE_NAME}: pipeline"
-STAGES = ("deserialize", "queue", "preprocess", "encode", "publish")
+STAGES = ("deserialize", "queue", "decode", "preprocess", "encode", "publish")
 COUNTS = ("received", "encoded", "dropped", "rejected", "failed")
 
 
@@ -60,6 +67,9 @@ class EncoderNode:
         self._lost_before = 0  # samples lost by image subscriptions replaced since start
         self._features = transport.publisher(cfg.features_topic, VISUAL_FEATURES, DEFAULT)
         self._diag = transport.publisher("/diagnostics", DIAGNOSTIC_ARRAY, QoS("reliable", 1))
+        self.decoder = create_decoder()
+        self.input_topic, self.input_type = image_subscription(cfg)
+        self._to_frame = compressed_to_frame if self.input_type == COMPRESSED_IMAGE else image_to_frame
         self._images = self._subscribe_images()
         self._threads = [
             threading.Thread(target=self._work, name="encoder-worker", daemon=True),
@@ -71,10 +81,10 @@ class EncoderNode:
         self.counters.inc("received")
         t0 = time.perf_counter()
         try:
-            frame = image_to_frame(msg)
+            frame = self._to_frame(msg)
         except FrameError as err:
             self.counters.inc("rejected")
-            self._warn_reject(log.warning, "rejected image on %s: %s", self.cfg.image_topic, err)
+            self._warn_reject(log.warning, "rejected image on %s: %s", self.input_topic, err)
             return
         self.times.add("deserialize", deserialize_s + time.perf_counter() - t0)
         if self._slot.put((frame, msg.header, time.perf_counter())):
@@ -91,6 +101,11 @@ class EncoderNode:
         try:
             t0 = time.perf_counter()
             self.times.add("queue", t0 - queued_at)  # waiting for the worker to finish the previous frame
+            if isinstance(frame, CompressedFrame):
+                frame = frame.decode(self.decoder)
+                t = time.perf_counter()
+                self.times.add("decode", t - t0)
+                t0 = t
             pixels = self.preprocess(frame)[None]
             t1 = time.perf_counter()
             emb = self.encoder.encode(pixels)
@@ -99,7 +114,7 @@ class EncoderNode:
             t3 = time.perf_counter()
         except FrameError as err:
             self.counters.inc("rejected")
-            self._warn_reject(log.warning, "rejected image on %s: %s", self.cfg.image_topic, err)
+            self._warn_reject(log.warning, "rejected image on %s: %s", self.input_topic, err)
             return
         except Exception as err:  # keep serving frames; the counter and log make it visible
             self.counters.inc("failed")
@@ -162,7 +177,7 @@ class EncoderNode:
     def _subscribe_images(self):
         """The image subscription as `self.cfg` asks for it (at start, and again after a QoS change)."""
         return self.transport.subscribe(
-            self.cfg.image_topic, IMAGE, QoS(self.cfg.reliability, self.cfg.depth), self._on_image
+            self.input_topic, self.input_type, QoS(self.cfg.reliability, self.cfg.depth), self._on_image
         )
 
     # lifecycle --------------------------------------------------------------------------
@@ -170,8 +185,9 @@ class EncoderNode:
         for t in self._threads:
             t.start()
         log.info(
-            "ready: %s [%s] -> %s [%s], model %s, backend %s/%s, transport %s",
-            self.cfg.image_topic,
+            "ready: %s (%s) [%s] -> %s [%s], model %s, backend %s/%s, transport %s",
+            self.input_topic,
+            self.input_type,
             self.cfg.reliability,
             self.cfg.features_topic,
             "reliable",
@@ -191,6 +207,13 @@ class EncoderNode:
             self.publish_diagnostics()  # a last, complete count for whoever is listening
         except Exception:
             log.exception("final diagnostics failed")
+
+
+def image_subscription(cfg: cfgmod.EncoderConfig) -> tuple[str, str]:
+    """(topic, message type) the node reads, by `image_transport`."""
+    if cfg.image_transport == "compressed":
+        return cfg.image_topic.rstrip("/") + "/compressed", COMPRESSED_IMAGE
+    return cfg.image_topic, IMAGE
 
 
 def _build(cfg: cfgmod.EncoderConfig, transport: Transport) -> EncoderNode:

@@ -3,6 +3,11 @@
 The replay is the user's regression test and the demo's main job, so it accounts for every
 frame: it reads the node's counters from /diagnostics before and after, and reports the
 difference next to what it sent and what it received, with stamp-to-receipt latency.
+
+Images go out as the bag holds them: sensor_msgs/Image or CompressedImage, the recorded CDR
+bytes published as they are (no per-field pass over 6 MB of pixels), with only the header
+stamp rewritten to the send time unless `restamp` is off (`--keep-stamps`: the bag's stamps,
+as `ros2 bag play` leaves messages untouched).
 """
 
 from __future__ import annotations
@@ -16,10 +21,11 @@ from typing import Any
 
 from .. import bags
 from ..stats import percentiles
-from .convert import ns_to_stamp, stamp_to_ns
+from . import cdr
+from .convert import stamp_to_ns
 from .diagnostics import status_values
 from .encoder_node import COUNTS, STAGES, STATUS_NAME
-from .types import DIAGNOSTIC_ARRAY, IMAGE, VISUAL_FEATURES, QoS, Transport
+from .types import DIAGNOSTIC_ARRAY, VISUAL_FEATURES, QoS, Transport
 
 log = logging.getLogger(__name__)
 
@@ -28,13 +34,13 @@ log = logging.getLogger(__name__)
 class ReplayOptions:
     bag: Path
     out: Path | None = None
-    bag_topic: str | None = None  # image topic in the bag; default: its only/first image topic
+    bag_topic: str | None = None  # Image or CompressedImage topic in the bag; default: its first Image topic
     image_topic: str | None = None  # where to publish; default: the bag topic
     features_topic: str = "/visual_features"
     rate: float = 1.0  # 1.0 = the bag's own timing; 0 = as fast as possible
     lockstep: bool = False  # wait for each frame's features before sending the next
     reliability: str = "reliable"
-    restamp: bool = True  # stamp = send time, so latency is stamp → receipt
+    restamp: bool = True  # stamp = send time; False keeps the bag's stamps (latency is send → receipt either way)
     limit: int = 0
     discovery_timeout: float = 30.0
     settle_timeout: float = 15.0
@@ -82,14 +88,29 @@ def _counts(diag: dict[str, str] | None) -> dict[str, int] | None:
     return {k: int(diag.get(k, 0)) for k in (*COUNTS, "lost")}
 
 
+def _camera_topic(opts: ReplayOptions) -> tuple[str, str]:
+    """(bag topic, its message type): the one asked for, else the first Image topic, else the first CompressedImage."""
+    topics = bags.camera_topics(opts.bag)
+    if opts.bag_topic is not None:
+        if opts.bag_topic not in topics:
+            have = ", ".join(f"{t} [{k}]" for t, k in topics.items()) or "none"
+            raise ReplayError(
+                f"{opts.bag}: no Image or CompressedImage topic {opts.bag_topic!r} (camera topics: {have})"
+            )
+        return opts.bag_topic, topics[opts.bag_topic]
+    for kind in bags.CAMERA_TYPES:
+        for topic, msgtype in topics.items():
+            if msgtype == kind:
+                return topic, msgtype
+    raise ReplayError(f"{opts.bag}: no sensor_msgs/msg/Image or CompressedImage topic in this bag")
+
+
 def replay(opts: ReplayOptions, transport: Transport) -> dict[str, Any]:
-    bag_topic = opts.bag_topic or next(iter(bags.image_topics(opts.bag)), None)
-    if bag_topic is None:
-        raise ReplayError(f"{opts.bag}: no sensor_msgs/msg/Image topic in this bag")
+    bag_topic, msgtype = _camera_topic(opts)
     image_topic = opts.image_topic or bag_topic
     rx = _Receiver()
     qos = QoS(opts.reliability, 10, "keep_all" if opts.reliability == "reliable" else "keep_last")
-    pub = transport.publisher(image_topic, IMAGE, qos)
+    pub = transport.publisher(image_topic, msgtype, qos)
     feat_sub = transport.subscribe(opts.features_topic, VISUAL_FEATURES, QoS("reliable", 100), rx.on_features)
     transport.subscribe("/diagnostics", DIAGNOSTIC_ARRAY, QoS("reliable", 10), rx.on_diag)
 
@@ -106,10 +127,11 @@ def replay(opts: ReplayOptions, transport: Transport) -> dict[str, Any]:
     before = _counts(rx.diag)
 
     sent: dict[int, int] = {}  # stamp ns → send ns
+    n_sent = 0
     t_start = time.perf_counter()
     first_ts = None
     timeouts = 0
-    for i, m in enumerate(bags.read_messages(opts.bag, bags.IMAGE_TYPE, bag_topic)):
+    for i, m in enumerate(bags.read_messages(opts.bag, msgtype, bag_topic)):
         if opts.limit and i >= opts.limit:
             break
         if first_ts is None:
@@ -119,18 +141,21 @@ def replay(opts: ReplayOptions, transport: Transport) -> dict[str, Any]:
             delay = due - time.perf_counter()
             if delay > 0:
                 time.sleep(delay)
-        msg = transport.deserialize(m.raw, IMAGE)
+        raw = m.raw
         now = time.time_ns()
         if opts.restamp:
-            msg.header.stamp = ns_to_stamp(transport, now)
-        stamp = stamp_to_ns(msg.header.stamp)
+            raw = cdr.restamp(raw, now // 1_000_000_000, now % 1_000_000_000)
+            stamp = now
+        else:
+            sec, nanosec = cdr.header_stamp(raw)
+            stamp = sec * 1_000_000_000 + nanosec
         sent[stamp] = now
-        pub.publish(msg)
+        n_sent += 1
+        pub.publish(raw)  # the serialized message as it is (both transports publish bytes raw)
         if opts.lockstep and not rx.wait(lambda s=stamp: s in rx.stamps, opts.lockstep_timeout):
             timeouts += 1
             log.warning("no features for frame %d within %.0f s", i, opts.lockstep_timeout)
     send_s = time.perf_counter() - t_start
-    n_sent = len(sent)
 
     def settled() -> bool:
         c = _counts(rx.diag)
@@ -175,6 +200,9 @@ def replay(opts: ReplayOptions, transport: Transport) -> dict[str, Any]:
         "model": diag.get("model"),
         "node_transport": diag.get("transport"),
         "image_topic": image_topic,
+        "image_type": msgtype,
+        "kept_stamps": not opts.restamp,
+        "repeated_stamps": n_sent - len(sent),
         "features_topic": opts.features_topic,
         "reliability": opts.reliability,
         "rate": opts.rate,

@@ -16,6 +16,7 @@ import logging
 
 # Re-exported: callers that name these from here keep working; new code imports them from .types.
 from .types import (  # noqa: F401
+    COMPRESSED_IMAGE,
     DEFAULT,
     DIAGNOSTIC_ARRAY,
     DIAGNOSTIC_STATUS,

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 IMAGE = "sensor_msgs/msg/Image"
+COMPRESSED_IMAGE = "sensor_msgs/msg/CompressedImage"
 VISUAL_FEATURES = "openclaw_vision/msg/VisualFeatures"
 DIAGNOSTIC_ARRAY = "diagnostic_msgs/msg/DiagnosticArray"
 DIAGNOSTIC_STATUS = "diagnostic_msgs/msg/DiagnosticStatus"

@@ -1,0 +1,205 @@
+"""sensor_msgs/CompressedImage (JPEG, PNG) → Frame, behind a small decoder seam.
+
+What `format` means is what image_transport_plugins' compressed_image_transport (humble)
+writes and reads (compressed_publisher.cpp, compressed_subscriber.cpp):
+
+- `"<encoding>; jpeg compressed <target>"` / `"<encoding>; png compressed <target>"`: the
+  image was `<encoding>` before compression; colour images (isColor: rgb8/bgr8/rgba8/bgra8/…16)
+  were compressed as `<target>` = bgr8 (JPEG) or bgr8/bgr16 (PNG), grey ones as mono8 (JPEG) or
+  unchanged (PNG, empty target: the string ends in "compressed "). The subscriber decodes with
+  cv::imdecode(IMREAD_UNCHANGED) and, for a colour encoding, reads the decoded channels as BGR
+  when the part after ';' contains "compressed bgr", else as RGB (older publishers).
+- `"jpeg"`, `"png"` (no ';', older publishers): 1 channel is mono8, 3 channels bgr8.
+- `"<encoding>; compressedDepth …"` (compressed_depth_image_transport: a 12-byte header, then PNG
+  or RVL of a depth map) and `tiff` are refused with the reason: depth maps are not camera
+  images for the encoder, and TIFF is not a camera transport.
+
+The decoded pixels become a Frame without conversion: (H, W, 3) as bgr8 or rgb8 by the rule
+above, (H, W, 4) as bgra8/rgba8, (H, W) as mono8; 16-bit decodes (PNG of mono16/rgb16) become
+mono16 (native byte order) or, for colour, 8 bits by round(v / 257) (encodings.py's rule).
+
+Corrupt data is a FrameError (the node counts it as rejected): data that does not start with
+the codec's signature, a JPEG whose last marker (after any zero padding) is not EOI (a
+truncated frame, which libjpeg would otherwise decode with a grey bottom), or anything the
+decoder refuses. A JPEG damaged inside its entropy-coded data can still decode: JPEG carries no
+checksum (PNG does: every chunk has a CRC, which libpng checks).
+
+The seam: `ImageDecoder.decode(data, codec) -> ndarray` in the image's memory order; OpenCV's
+imdecode by default, an nvJPEG decoder on a GPU can take its place (`DECODERS`).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from .encodings import FrameError
+from .frame import Frame
+
+JPEG_SOI = b"\xff\xd8\xff"
+JPEG_EOI = b"\xff\xd9"
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+CODECS = ("jpeg", "png")
+#: zero padding after a JPEG's EOI that we look past (UVC cameras pad MJPEG buffers)
+JPEG_TAIL = 65536
+#: sensor_msgs/image_encodings.hpp (humble) isColor(): colour channels that a compressed BGR/RGB decode maps to
+COLOR_ENCODINGS = ("rgb8", "bgr8", "rgba8", "bgra8", "rgb16", "bgr16", "rgba16", "bgra16")
+
+
+@dataclass(frozen=True)
+class CompressedFormat:
+    """A parsed `CompressedImage.format`."""
+
+    codec: str  # jpeg | png
+    encoding: str = ""  # the raw encoding before compression ("" for the old bare format)
+    target: str = ""  # what was compressed (bgr8, mono8, bgr16, ""), after "compressed "
+
+    @property
+    def decoded_is_bgr(self) -> bool:
+        """Whether the decoded 3/4-channel pixels are in B,G,R order (else R,G,B)."""
+        if not self.encoding or self.encoding not in COLOR_ENCODINGS:
+            return True  # bare "jpeg"/"png", or grey: OpenCV's own order
+        return self.target.startswith("bgr")
+
+
+def parse_format(fmt: str) -> CompressedFormat:
+    """Parse image_transport's `format` string; FrameError with the reason for what we do not decode."""
+    text = fmt.strip()
+    if not text:
+        raise FrameError("empty CompressedImage format (expected e.g. 'rgb8; jpeg compressed bgr8', 'jpeg' or 'png')")
+    if "compresseddepth" in text.lower():
+        raise FrameError(
+            f"CompressedImage format {fmt!r} is compressed_depth_image_transport's (a depth map): not supported, "
+            "subscribe to the camera's colour image instead"
+        )
+    if ";" not in text:
+        codec = _codec_name(text, fmt)
+        return CompressedFormat(codec)
+    encoding, rest = (part.strip() for part in text.split(";", 1))
+    words = rest.split()
+    if len(words) < 2 or words[1] != "compressed":
+        raise FrameError(f"CompressedImage format {fmt!r}: expected '<encoding>; <jpeg|png> compressed [<target>]'")
+    codec = _codec_name(words[0], fmt)
+    target = words[2] if len(words) > 2 else ""
+    return CompressedFormat(codec, encoding, target)
+
+
+def _codec_name(word: str, fmt: str) -> str:
+    name = word.lower()
+    name = "jpeg" if name == "jpg" else name
+    if name not in CODECS:
+        raise FrameError(f"CompressedImage format {fmt!r}: codec {word!r} not supported (jpeg and png are)")
+    return name
+
+
+def check_signature(data: np.ndarray, codec: str) -> None:
+    """Cheap structural checks on the compressed bytes, before any decoding (raises FrameError)."""
+    head = bytes(data[:8])
+    if codec == "jpeg":
+        if not head.startswith(JPEG_SOI):
+            raise FrameError(f"corrupt jpeg: {data.size} bytes that do not start with a JPEG SOI marker ({head.hex()})")
+        tail = data[-JPEG_TAIL:]
+        nz = np.flatnonzero(tail)
+        end = int(nz[-1]) + 1 if nz.size else 0
+        if end < 2 or data.size < 4 or bytes(tail[end - 2 : end]) != JPEG_EOI:
+            raise FrameError(f"corrupt jpeg: {data.size} bytes without an EOI marker at the end (truncated?)")
+    elif not head.startswith(PNG_SIGNATURE):
+        raise FrameError(f"corrupt png: {data.size} bytes that do not start with the PNG signature ({head.hex()})")
+
+
+class ImageDecoder(Protocol):
+    name: str
+
+    def decode(self, data: np.ndarray, codec: str) -> np.ndarray:
+        """(H, W[, C]) uint8/uint16 pixels in the stream's channel order; FrameError if undecodable."""
+        ...
+
+
+class OpenCvDecoder:
+    """cv2.imdecode with IMREAD_UNCHANGED, as compressed_image_transport's subscriber does by default."""
+
+    name = "opencv"
+
+    def decode(self, data: np.ndarray, codec: str) -> np.ndarray:
+        import cv2
+
+        try:
+            img = cv2.imdecode(data, cv2.IMREAD_UNCHANGED)
+        except cv2.error as err:
+            raise FrameError(f"corrupt {codec}: OpenCV could not decode {data.size} bytes ({err})") from None
+        if img is None or img.size == 0:
+            raise FrameError(f"corrupt {codec}: OpenCV could not decode {data.size} bytes")
+        return img
+
+
+#: decoders by name; "opencv" is the default (an nvJPEG decoder registers here on a GPU)
+DECODERS: dict[str, type] = {"opencv": OpenCvDecoder}
+
+
+def create_decoder(name: str = "opencv") -> ImageDecoder:
+    if name not in DECODERS:
+        raise ValueError(f"image decoder must be one of {', '.join(DECODERS)}, got {name!r}")
+    return DECODERS[name]()
+
+
+def _to_8bit(img: np.ndarray) -> np.ndarray:
+    import cv2
+
+    return cv2.convertScaleAbs(img, alpha=1.0 / 257.0)  # round(v / 257), as encodings.gray16_to_gray8
+
+
+def decoded_frame(img: np.ndarray, fmt: CompressedFormat, stamp_ns: int = 0, frame_id: str = "") -> Frame:
+    """Wrap decoded pixels as a Frame in their own order (no colour conversion)."""
+    if img.dtype == np.uint16:
+        if img.ndim == 2:
+            big = sys.byteorder == "big"  # imdecode's uint16 samples are in this machine's order
+            return Frame(img.view(np.uint8).reshape(*img.shape, 2), "mono16", stamp_ns, frame_id, big_endian=big)
+        img = _to_8bit(img)
+    if img.dtype != np.uint8:
+        raise FrameError(f"decoded {fmt.codec} has sample type {img.dtype}, expected 8 or 16 bits")
+    if img.ndim == 2:
+        return Frame(img[:, :, None], "mono8", stamp_ns, frame_id)
+    channels = img.shape[2]
+    if channels == 1:
+        return Frame(img, "mono8", stamp_ns, frame_id)
+    if channels not in (3, 4):
+        raise FrameError(f"decoded {fmt.codec} has {channels} channels; 1, 3 or 4 are supported")
+    order = "bgr" if fmt.decoded_is_bgr else "rgb"
+    return Frame(img, f"{order}{'a' if channels == 4 else ''}8", stamp_ns, frame_id)
+
+
+@dataclass
+class CompressedFrame:
+    """Compressed bytes that passed the cheap checks (format, signature, EOI); decoded on demand.
+
+    A node decodes only the frames it encodes: one displaced by a newer frame (newest-frame
+    policy) is dropped without paying for its decode.
+    """
+
+    data: np.ndarray
+    format: CompressedFormat
+    stamp_ns: int = 0
+    frame_id: str = ""
+
+    @classmethod
+    def from_buffer(cls, data, fmt: str | CompressedFormat, stamp_ns: int = 0, frame_id: str = "") -> CompressedFrame:
+        parsed = parse_format(fmt) if isinstance(fmt, str) else fmt
+        buf = np.frombuffer(data, np.uint8) if not isinstance(data, np.ndarray) else data.reshape(-1).view(np.uint8)
+        if buf.size == 0:
+            raise FrameError(f"empty {parsed.codec} data")
+        check_signature(buf, parsed.codec)
+        return cls(buf, parsed, stamp_ns, frame_id)
+
+    def decode(self, decoder: ImageDecoder | None = None) -> Frame:
+        img = (decoder or create_decoder()).decode(self.data, self.format.codec)
+        return decoded_frame(img, self.format, self.stamp_ns, self.frame_id)
+
+
+def decode_compressed(
+    data, fmt: str | CompressedFormat, decoder: ImageDecoder | None = None, stamp_ns: int = 0, frame_id: str = ""
+) -> Frame:
+    """CompressedImage bytes + format → Frame (raises FrameError on anything we cannot use)."""
+    return CompressedFrame.from_buffer(data, fmt, stamp_ns, frame_id).decode(decoder)

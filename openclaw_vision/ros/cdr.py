@@ -1,0 +1,253 @@
+"""sensor_msgs/Image and CompressedImage as XCDR1 bytes, read and written without a per-element pass.
+
+A 1080p rgb8 image is 6 MB of `uint8[] data` behind ~60 bytes of fields. Generic CDR codecs
+walk the whole message in Python; here the few fixed fields are read with `struct` and `data`
+stays a memoryview of the received buffer (zero copies), and an image is written as one
+`bytes.join` of the packed fields and the pixel buffer (one copy).
+
+The layout is plain CDR version 1 (what ROS 2 Humble's rmw_cyclonedds and rmw_fastrtps put on
+the wire and rosbag2 stores): a 4-byte encapsulation header (`00 01 00 00` little-endian,
+`00 00 00 00` big-endian; bytes 2–3 are options), then the members in order, each aligned to
+its own size (at most 8) counted from the end of that header. Strings are a uint32 length that
+counts a terminating NUL, the bytes, the NUL; sequences a uint32 count, then the elements.
+
+    std_msgs/Header header      int32 sec, uint32 nanosec, string frame_id
+    sensor_msgs/Image           header, uint32 height, uint32 width, string encoding,
+                                uint8 is_bigendian, uint32 step, uint8[] data
+    sensor_msgs/CompressedImage header, string format, uint8[] data
+
+Other encapsulations (XCDR2, parameter lists) raise `CdrUnsupported`; callers fall back to a
+generic codec.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+CDR_BE, CDR_LE = b"\x00\x00", b"\x00\x01"
+HEADER_SIZE = 4
+
+
+class CdrError(ValueError):
+    """Bytes that are not a well-formed message of the expected type."""
+
+
+class CdrUnsupported(CdrError):
+    """A well-formed sample in a representation this fast path does not read (e.g. XCDR2)."""
+
+
+@dataclass
+class Time:
+    sec: int
+    nanosec: int
+
+
+@dataclass
+class Header:
+    stamp: Time
+    frame_id: str
+
+
+#: make_header(sec, nanosec, frame_id) → the header object handed on (a transport's own type)
+HeaderFactory = Callable[[int, int, str], Any]
+
+
+def plain_header(sec: int, nanosec: int, frame_id: str) -> Header:
+    return Header(Time(sec, nanosec), frame_id)
+
+
+@dataclass
+class ImageView:
+    """sensor_msgs/Image with ROS's field names; `data` is a view of the received bytes."""
+
+    header: Any
+    height: int
+    width: int
+    encoding: str
+    is_bigendian: int
+    step: int
+    data: memoryview
+
+
+@dataclass
+class CompressedImageView:
+    """sensor_msgs/CompressedImage with ROS's field names; `data` is a view of the received bytes."""
+
+    header: Any
+    format: str
+    data: memoryview
+
+
+class _Reader:
+    def __init__(self, buf) -> None:
+        self.buf = memoryview(buf).cast("B") if not isinstance(buf, memoryview) else buf.cast("B")
+        if len(self.buf) < HEADER_SIZE:
+            raise CdrError(f"{len(self.buf)} bytes: shorter than the CDR encapsulation header")
+        kind = bytes(self.buf[:2])
+        if kind not in (CDR_BE, CDR_LE):
+            raise CdrUnsupported(f"encapsulation {kind.hex()} is not plain XCDR1 (0000 or 0001)")
+        self.e = "<" if kind == CDR_LE else ">"
+        self.off = HEADER_SIZE
+
+    def _take(self, n: int, what: str) -> int:
+        start = self.off
+        if n < 0 or start + n > len(self.buf):
+            raise CdrError(f"{what}: needs {n} bytes at offset {start}, the sample has {len(self.buf)}")
+        self.off = start + n
+        return start
+
+    def align(self, n: int) -> None:
+        self.off += -(self.off - HEADER_SIZE) % n
+
+    def u32(self, what: str) -> int:
+        self.align(4)
+        return struct.unpack_from(self.e + "I", self.buf, self._take(4, what))[0]
+
+    def i32(self, what: str) -> int:
+        self.align(4)
+        return struct.unpack_from(self.e + "i", self.buf, self._take(4, what))[0]
+
+    def u8(self, what: str) -> int:
+        return self.buf[self._take(1, what)]
+
+    def string(self, what: str) -> str:
+        n = self.u32(what)
+        start = self._take(n, what)
+        if n == 0:  # not valid CDR (the length counts the NUL), but some writers send it for ""
+            return ""
+        if self.buf[start + n - 1] != 0:
+            raise CdrError(f"{what}: string of {n} bytes is not NUL-terminated")
+        try:
+            return bytes(self.buf[start : start + n - 1]).decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise CdrError(f"{what}: not UTF-8 ({err})") from None
+
+    def octets(self, what: str) -> memoryview:
+        n = self.u32(what)
+        start = self._take(n, what)
+        return self.buf[start : start + n]
+
+
+def _header(r: _Reader, make_header: HeaderFactory) -> Any:
+    sec = r.i32("header.stamp.sec")
+    nanosec = r.u32("header.stamp.nanosec")
+    return make_header(sec, nanosec, r.string("header.frame_id"))
+
+
+def parse_image(buf, make_header: HeaderFactory = plain_header) -> ImageView:
+    """Read a serialized sensor_msgs/Image; `data` is a zero-copy view into `buf`."""
+    r = _Reader(buf)
+    header = _header(r, make_header)
+    height, width = r.u32("height"), r.u32("width")
+    encoding = r.string("encoding")
+    is_bigendian = r.u8("is_bigendian")
+    step = r.u32("step")
+    return ImageView(header, height, width, encoding, is_bigendian, step, r.octets("data"))
+
+
+def parse_compressed_image(buf, make_header: HeaderFactory = plain_header) -> CompressedImageView:
+    """Read a serialized sensor_msgs/CompressedImage; `data` is a zero-copy view into `buf`."""
+    r = _Reader(buf)
+    header = _header(r, make_header)
+    fmt = r.string("format")
+    return CompressedImageView(header, fmt, r.octets("data"))
+
+
+class _Writer:
+    """Little-endian XCDR1 fields into a list of parts; the payload is appended, not copied, until join."""
+
+    def __init__(self) -> None:
+        self.parts: list[Any] = [CDR_LE + b"\x00\x00"]
+        self.off = 0  # bytes written after the encapsulation header
+
+    def _put(self, b) -> None:
+        self.parts.append(b)
+        self.off += len(b)
+
+    def align(self, n: int) -> None:
+        pad = -self.off % n
+        if pad:
+            self._put(b"\x00" * pad)
+
+    def u32(self, v: int) -> None:
+        self.align(4)
+        self._put(struct.pack("<I", v))
+
+    def i32(self, v: int) -> None:
+        self.align(4)
+        self._put(struct.pack("<i", v))
+
+    def u8(self, v: int) -> None:
+        self._put(struct.pack("<B", v))
+
+    def string(self, s: str) -> None:
+        b = s.encode("utf-8") + b"\x00"
+        self.u32(len(b))
+        self._put(b)
+
+    def octets(self, data) -> None:
+        view = memoryview(data).cast("B")
+        self.u32(len(view))
+        self._put(view)
+
+    def header(self, sec: int, nanosec: int, frame_id: str) -> None:
+        self.i32(sec)
+        self.u32(nanosec)
+        self.string(frame_id)
+
+    def bytes(self) -> bytes:
+        return b"".join(self.parts)
+
+
+def image_cdr(
+    sec: int,
+    nanosec: int,
+    frame_id: str,
+    height: int,
+    width: int,
+    encoding: str,
+    is_bigendian: int,
+    step: int,
+    data,
+) -> bytes:
+    """Serialized sensor_msgs/Image (little-endian XCDR1), byte-identical to rosbags' and Cyclone's codecs."""
+    w = _Writer()
+    w.header(sec, nanosec, frame_id)
+    w.u32(height)
+    w.u32(width)
+    w.string(encoding)
+    w.u8(is_bigendian)
+    w.u32(step)
+    w.octets(data)
+    return w.bytes()
+
+
+def compressed_image_cdr(sec: int, nanosec: int, frame_id: str, fmt: str, data) -> bytes:
+    """Serialized sensor_msgs/CompressedImage (little-endian XCDR1)."""
+    w = _Writer()
+    w.header(sec, nanosec, frame_id)
+    w.string(fmt)
+    w.octets(data)
+    return w.bytes()
+
+
+def header_stamp(buf) -> tuple[int, int]:
+    """(sec, nanosec) of the header.stamp that a serialized message starts with."""
+    r = _Reader(buf)
+    return r.i32("header.stamp.sec"), r.u32("header.stamp.nanosec")
+
+
+def restamp(buf, sec: int, nanosec: int) -> bytes:
+    """A copy of any serialized message that starts with a std_msgs/Header, with a new header.stamp.
+
+    The stamp is the first member (offset 0 after the encapsulation header, int32 + uint32), so
+    this is one copy of the buffer and 8 bytes written, whatever the message size.
+    """
+    r = _Reader(buf)
+    if len(r.buf) < HEADER_SIZE + 8:
+        raise CdrError(f"{len(r.buf)} bytes: too short for a message with a header")
+    stamp = struct.pack(r.e + "iI", sec, nanosec)
+    return b"".join((r.buf[:HEADER_SIZE], stamp, r.buf[HEADER_SIZE + 8 :]))
