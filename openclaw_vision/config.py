@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from .encoders import BACKENDS
+from .encoders import BACKENDS, PERFORMANCE_HINTS
 from .models.configs import MODEL_CONFIGS
 from .ros.transport import RELIABILITIES, TRANSPORTS
 from .vlm.tokenizer import DEFAULT_SYSTEM
@@ -61,6 +61,7 @@ class EncoderConfig(NodeConfig):
     backend: str = "auto"
     precision: str = "int8"  # the gated INT8 model (`openclaw-vision quantize`); fp32 on request
     threads: int = 0  # 0: one per core
+    performance_hint: str = "latency"  # OpenVINO's PERFORMANCE_HINT (latency | throughput); others ignore it
     reliability: str = "best_effort"  # image subscription; sensor-data QoS by default
     depth: int = 1
     diagnostics_period: float = 1.0
@@ -78,6 +79,8 @@ class EncoderConfig(NodeConfig):
             raise self._bad("precision", "choose fp32, fp16 or int8")
         if self.threads < 0:
             raise self._bad("threads", "must be >= 0")
+        if self.performance_hint not in PERFORMANCE_HINTS:
+            raise self._bad("performance_hint", f"choose one of {', '.join(PERFORMANCE_HINTS)}")
         if self.reliability not in RELIABILITIES:
             raise self._bad("reliability", f"choose one of {', '.join(RELIABILITIES)}")
         if self.depth < 1:

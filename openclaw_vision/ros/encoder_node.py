@@ -165,7 +165,7 @@ class EncoderNode:
 
 def _build(cfg: cfgmod.EncoderConfig, transport: Transport) -> EncoderNode:
     model_path = cfg.model_path or str(default_model_path(cfg.model, cfg.precision))
-    return EncoderNode(cfg, transport, create_encoder(cfg.backend, model_path, cfg.threads))
+    return EncoderNode(cfg, transport, create_encoder(cfg.backend, model_path, cfg.threads, cfg.performance_hint))
 
 
 def main(argv: list[str] | None = None) -> int:
