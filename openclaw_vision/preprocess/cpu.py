@@ -61,6 +61,8 @@ class CpuPreprocessor:
         layout = layout_of(frame.encoding)
         x0, y0 = round(box.x0), round(box.y0)
         x1, y1 = round(box.x0 + box.width), round(box.y0 + box.height)
+        # a crop one pixel wide can round to nothing (1×40: x0 = round(19.5) = 20 = round(20.5) = x1)
+        x1, y1 = max(x1, x0 + 1), max(y1, y0 + 1)
         if layout in ("UYVY", "YUYV"):  # chroma is shared by pixel pairs: keep the crop on pair boundaries
             x0 -= x0 % 2
             x1 += x1 % 2
