@@ -44,9 +44,11 @@ def pixel_view(
     if step < row:
         raise FrameError(f"step {step} < width*{bpp} = {row} for {encoding}")
     buf = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data.reshape(-1).view(np.uint8)
-    need = step * (height - 1) + row
-    if buf.size < need:
-        raise FrameError(f"{buf.size} data bytes, {width}x{height} {encoding} with step {step} needs {need}")
+    need = step * height  # sensor_msgs/Image: "size is (step * rows)"; exact integers, no 32-bit wrap
+    if buf.size != need:
+        raise FrameError(
+            f"{buf.size} data bytes, {width}x{height} {encoding} with step {step} needs {need} (step * height)"
+        )
     rows = np.lib.stride_tricks.as_strided(buf, shape=(height, row), strides=(step, 1), writeable=False)
     return rows.reshape(height, width, bpp)
 
