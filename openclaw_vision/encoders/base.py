@@ -68,6 +68,22 @@ def _static(d: Dim) -> int | None:
     return d if isinstance(d, int) and d > 0 else None
 
 
+def one_line(err: BaseException) -> str:
+    """A runtime's error as one log line: its last non-empty line (OpenVINO's messages open with
+    several lines of source locations and end with the reason)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return lines[-1] if lines else type(err).__name__
+
+
+def checked_output(out: np.ndarray, n: int, dim: int, backend: str) -> np.ndarray:
+    """The runtime's output if it is (n, dim) — else an EncoderError. A model whose computation goes
+    wrong for one input can come back with another shape instead of an error (OpenVINO returned
+    (0, 0) where ONNX Runtime raised): that frame must fail, not publish an empty embedding."""
+    if out.shape != (n, dim):
+        raise EncoderError(f"{backend} returned shape {tuple(out.shape)} for {n} image(s); expected ({n}, {dim})")
+    return out
+
+
 def check_model_file(path: str | Path) -> Path:
     """The model path, or an EncoderError that says how to build a missing model."""
     p = Path(path)

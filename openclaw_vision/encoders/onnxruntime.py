@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .base import Embedding, EncoderError, ModelInfo, check_model_file, l2_normalise
+from .base import Embedding, EncoderError, ModelInfo, check_model_file, checked_output, l2_normalise, one_line
 
 
 def session_options(threads: int = 0, spinning: bool = False):
@@ -49,7 +49,7 @@ class OnnxRuntimeEncoder:
         try:
             self.session = ort.InferenceSession(str(path), opts, providers=providers or ["CPUExecutionProvider"])
         except Exception as err:  # onnxruntime raises its own exception types; name the file
-            raise EncoderError(f"cannot load {path}: {err}") from err
+            raise EncoderError(f"cannot load {path}: {one_line(err)}") from err
         inp, out = self.session.get_inputs()[0], self.session.get_outputs()[0]
         self._input, self._output = inp.name, out.name
         meta = self.session.get_modelmeta().custom_metadata_map
@@ -63,4 +63,4 @@ class OnnxRuntimeEncoder:
         if pixels.ndim != 4 or pixels.shape[1:] != (3, s, s):
             raise EncoderError(f"expected pixels (N, 3, {s}, {s}), got {pixels.shape}")
         out = self.session.run([self._output], {self._input: np.ascontiguousarray(pixels, np.float32)})[0]
-        return Embedding(l2_normalise(out), self.model_id)
+        return Embedding(l2_normalise(checked_output(out, len(pixels), self.embed_dim, self.backend)), self.model_id)

@@ -20,7 +20,16 @@ from pathlib import Path
 
 import numpy as np
 
-from .base import Embedding, EncoderError, ModelInfo, check_gate, check_model_file, l2_normalise
+from .base import (
+    Embedding,
+    EncoderError,
+    ModelInfo,
+    check_gate,
+    check_model_file,
+    checked_output,
+    l2_normalise,
+    one_line,
+)
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +79,7 @@ class OpenVinoEncoder:
         try:
             model = core.read_model(str(path))
         except Exception as err:  # OpenVINO raises RuntimeError subclasses of its own; name the file
-            raise EncoderError(f"cannot load {path}: {err}") from err
+            raise EncoderError(f"cannot load {path}: {one_line(err)}") from err
         meta = {}
         if model.has_rt_info(["framework"]):
             meta = {str(k): v.astype(str) for k, v in model.get_rt_info(["framework"]).astype(dict).items()}
@@ -90,7 +99,7 @@ class OpenVinoEncoder:
         try:
             self._compiled = core.compile_model(model, "CPU", config)
         except Exception as err:
-            raise EncoderError(f"OpenVINO cannot compile {path} for the CPU: {err}") from err
+            raise EncoderError(f"OpenVINO cannot compile {path} for the CPU: {one_line(err)}") from err
         self._request = self._compiled.create_infer_request()
 
     def encode(self, pixels: np.ndarray) -> Embedding:
@@ -99,4 +108,4 @@ class OpenVinoEncoder:
             raise EncoderError(f"expected pixels (N, 3, {s}, {s}), got {pixels.shape}")
         self._request.infer({0: np.ascontiguousarray(pixels, np.float32)})
         out = self._request.get_output_tensor(0).data  # a view of the request's buffer: normalise into a copy
-        return Embedding(l2_normalise(out), self.model_id)
+        return Embedding(l2_normalise(checked_output(out, len(pixels), self.embed_dim, self.backend)), self.model_id)
