@@ -80,6 +80,10 @@ def test_int8_gate_is_measured_on_each_runtime_and_written_into_the_model(tiny_i
     assert {rt: r["passed"] for rt, r in stamped.items()} == {rt: r["passed"] for rt, r in rows.items()}
     enc = OpenVinoEncoder(path, threads=1)
     assert enc.precision == "int8" and enc.info.gate_on("openvino") == stamped["openvino"]
+    from openclaw_vision.quant.report import markdown
+
+    md = markdown(report)
+    assert "| runtime | mean cos |" in md and "| openvino | " in md and "| onnxruntime | " in md
     # what the report promises: these embeddings are the ones the openvino row scored
     ort = OnnxRuntimeEncoder(path, threads=1)
     x = _pixels(2)
