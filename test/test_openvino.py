@@ -117,7 +117,20 @@ def test_an_int8_model_runs_on_openvino_only_where_its_gate_passed(tiny_int8, tm
     assert "was not gated on openvino" in caplog.text
 
     passed = _with_gate(path, tmp_path / "passed.onnx", {"openvino": {"passed": True}})
-    assert create_encoder("auto", passed).backend == "openvino"
+    assert create_encoder("openvino", passed).backend == "openvino"
+
+
+def test_auto_runs_a_gated_int8_model_on_openvino_only_with_int8_dot_product_units(
+    tiny_int8, tmp_path, monkeypatch, caplog
+):
+    path = _with_gate(tiny_int8[0], tmp_path / "passed.onnx", {"openvino": {"passed": True}})
+    monkeypatch.setattr("openclaw_vision.encoders.openvino.int8_dot_units", lambda: ["avx512_vnni"])
+    assert create_encoder("auto", path).backend == "openvino"
+    monkeypatch.setattr("openclaw_vision.encoders.openvino.int8_dot_units", lambda: [])
+    with caplog.at_level(logging.INFO, logger="openclaw_vision.encoders"):
+        assert create_encoder("auto", path).backend == "onnxruntime"
+    assert "skipped openvino: INT8 on a CPU without VNNI/AMX" in caplog.text
+    assert create_encoder("openvino", path).backend == "openvino"  # an explicit choice is obeyed
 
 
 def _foreign_model(path):

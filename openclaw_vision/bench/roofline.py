@@ -68,19 +68,11 @@ def run_roofline(model: str, images_per_s: float, quick: bool) -> dict:
     }
 
 
-def cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            line = next((ln for ln in fh if ln.startswith("flags")), "")
-    except OSError:
-        return set()
-    return set(line.split(":", 1)[-1].split())
-
-
 def int8_units() -> str:
     """The CPU's INT8 dot-product units, as the goal's 'VNNI peak' needs them named."""
-    flags = cpu_flags()
-    have = [f for f in ("amx_int8", "avx512_vnni", "avx_vnni") if f in flags]
+    from ..encoders.openvino import int8_dot_units
+
+    have = int8_dot_units()
     if have:
         return ", ".join(have)
     return "no VNNI/AMX (AVX2 only: INT8 dot products take 3 instructions, no 4-way u8·s8 accumulate)"

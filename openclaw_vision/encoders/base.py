@@ -129,7 +129,9 @@ class ModelInfo:
         return runtimes.get(backend)
 
 
-#: What to do with an INT8 model that was not gated on the backend about to run it.
+#: What to do with an INT8 model that was not gated on the backend about to run it: `require` is
+#: `backend: auto`'s policy (refuse, so auto moves on), `warn` an explicit choice's, `ignore` the
+#: quantiser's (it is measuring that very gate) and the benchmark's.
 GATE_POLICIES = ("require", "warn", "ignore")
 
 
