@@ -107,9 +107,9 @@ def qdq_matmul_model(n: int) -> bytes:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
 
 
-def int8_gemm_peak_gops(runtime: str, n: int, repeats: int, threads: int = 0) -> float:
-    """Best INT8 GEMM rate (GOP/s, 2 ops per multiply-add) of `runtime` on a Q/DQ MatMul, with the
-    encoders' own settings (ONNX Runtime: `session_options`, exact U8U8 kernels where there is no VNNI)."""
+def int8_gemm_call(runtime: str, n: int, threads: int = 0):
+    """A callable running one n×n×n INT8 GEMM (a Q/DQ MatMul) on `runtime` with the encoders' own
+    settings (ONNX Runtime: `session_options`, exact U8U8 kernels where there is no VNNI)."""
     import tempfile
     from pathlib import Path
 
@@ -121,7 +121,7 @@ def int8_gemm_peak_gops(runtime: str, n: int, repeats: int, threads: int = 0) ->
         from ..encoders.onnxruntime import session_options
 
         sess = ort.InferenceSession(blob, session_options(threads), providers=["CPUExecutionProvider"])
-        return _best_rate(lambda: sess.run(None, {"a": x}), 2 * n**3, repeats)
+        return lambda: sess.run(None, {"a": x})
     if runtime == "openvino":
         import openvino as ov
 
@@ -134,5 +134,10 @@ def int8_gemm_peak_gops(runtime: str, n: int, repeats: int, threads: int = 0) ->
                 {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": threads or (os.cpu_count() or 1)},
             )
         req = compiled.create_infer_request()
-        return _best_rate(lambda: req.infer({0: x}), 2 * n**3, repeats)
+        return lambda: req.infer({0: x})
     raise ValueError(f"unknown runtime {runtime!r}")
+
+
+def int8_gemm_peak_gops(runtime: str, n: int, repeats: int, threads: int = 0) -> float:
+    """Best INT8 GEMM rate (GOP/s, 2 ops per multiply-add) of `runtime`, timed on its own."""
+    return _best_rate(int8_gemm_call(runtime, n, threads), 2 * n**3, repeats)
