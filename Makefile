@@ -13,7 +13,7 @@ export CYCLONEDDS_URI := file://$(CURDIR)/config/cyclonedds-loopback.xml
 $(STAMP):
 	rm -f $(VENV)/.installed-*
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -e '.[tools,vlm,dev]'
+	$(PY) -m pip install -q -e '.[tools,vlm,dev,openvino]'
 	touch $@
 
 setup: $(STAMP)

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from .encoders import BACKENDS
+from .encoders import BACKENDS, PERFORMANCE_HINTS
 from .models.configs import MODEL_CONFIGS
 from .ros.types import RELIABILITIES, TRANSPORTS
 from .vlm.tokenizer import DEFAULT_SYSTEM
@@ -151,6 +151,10 @@ class EncoderConfig(NodeConfig):
         choices=("fp32", "fp16", "int8"),
     )  # fmt: skip
     threads: int = param(0, "inference threads, 0 = one per core", minimum=0)
+    performance_hint: str = param(
+        "latency", "OpenVINO's PERFORMANCE_HINT: latency (one frame at a time, the node's case) or throughput",
+        choices=PERFORMANCE_HINTS,
+    )  # fmt: skip
     reliability: str = param("best_effort", "image subscription QoS (best_effort = sensor data)", choices=RELIABILITIES)
     depth: int = param(1, "image subscription history depth (re-subscribes when changed)", minimum=1, runtime=True)
     diagnostics_period: float = param(1.0, "seconds between /diagnostics messages", **PERIOD)

@@ -82,7 +82,10 @@ class LatestSlot:
             item, self._item, self._full = self._item, None, False
             return item
 
-    def close(self) -> None:
+    def close(self):
+        """Wake every taker for good; return the item nobody took (None if empty), so it can be counted."""
         with self._cond:
             self._closed = True
+            left, self._item, self._full = (self._item if self._full else None), None, False
             self._cond.notify_all()
+            return left

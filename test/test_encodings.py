@@ -194,15 +194,16 @@ def test_nv_crop_equals_converting_the_whole_frame(photo, box):
     [
         (4, 5, 5, 60, "even width"),
         (5, 4, 4, 60, "even height"),
-        # 4 luma + 2 chroma rows of step 5, the last one without its padding: 5 * 5 + 4
-        (4, 4, 5, 28, r"4x4 nv12 with step 5 \(plus H/2 chroma rows\) needs 29"),
+        # 4 luma + 2 chroma rows of step 5: exactly 6 * 5 bytes (sensor_msgs/Image: size is step * rows)
+        (4, 4, 5, 29, r"4x4 nv12 with step 5 \(plus H/2 chroma rows\) needs 30"),
+        (4, 4, 5, 31, r"4x4 nv12 with step 5 \(plus H/2 chroma rows\) needs 30"),
     ],
 )
 def test_nv_size_rules(h, w, step, data, message):
     with pytest.raises(FrameError, match=message):
         Frame.from_buffer(b"\0" * data, h, w, step, "nv12")
-    if data == 28:
-        assert Frame.from_buffer(b"\0" * 29, h, w, step, "nv12").pixels.shape == (6, 4, 1)
+    if data == 29:
+        assert Frame.from_buffer(b"\0" * 30, h, w, step, "nv12").pixels.shape == (6, 4, 1)
 
 
 # --- mono16 / 16UC1 -----------------------------------------------------------------------------

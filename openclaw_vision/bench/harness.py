@@ -86,7 +86,8 @@ def host_info() -> dict:
 
 def versions() -> dict:
     out = {}
-    for pkg in ("openclaw_vision", "numpy", "onnxruntime", "opencv-python-headless", "torch", "cyclonedds", "rosbags"):
+    for pkg in ("openclaw_vision", "numpy", "onnxruntime", "openvino", "opencv-python-headless", "torch", "cyclonedds",
+                "rosbags"):  # fmt: skip
         try:
             out[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:

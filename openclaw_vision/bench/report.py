@@ -7,15 +7,86 @@ from pathlib import Path
 
 GOALS = {
     "preprocess_speedup": 10.0,  # ours vs PIL reference, at embedding cosine >= 0.999
-    "int8_vs_torch_eager": 4.0,
-    "int8_vs_ort_fp32": 2.5,  # batch 1, with the accuracy gate passing
+    "int8_vs_torch_eager": 4.0,  # best CPU INT8 backend, batch 1
+    "int8_vs_ort_fp32": 3.0,  # best CPU INT8 backend, batch 1, gated on the runtime that runs it
+    "int8_vs_ort_fp32_moonshot": 3.5,  # about 65 % of the INT8 VNNI peak on the 2-core Xeon
     "node_overhead": 1.25,  # e2e P99 at 30 fps <= 1.25 x (preprocess + encode P99)
     "deserialize_p50_ms": 2.0,  # 1080p rgb8 frame in the node at 30 fps
 }
 
+#: INT8 encode variants → the runtime whose gate verdict (in the model's metadata) they need.
+INT8_RUNTIMES = {"encode/ort-int8": "onnxruntime", "encode/openvino-int8": "openvino"}
+
 
 def _find(variants: list[dict], name: str, batch: int = 1) -> dict | None:
     return next((v for v in variants if v["name"] == name and v.get("batch", 1) == batch), None)
+
+
+def best_int8(result: dict) -> tuple[dict | None, list[str]]:
+    """The fastest batch-1 INT8 variant whose runtime passed the accuracy gate, and why others were left out.
+
+    ONNX Runtime's verdict may be missing in a model from before per-runtime gates: the file was
+    only written because ONNX Runtime passed, so that counts as a pass; any other runtime must
+    have been measured."""
+    gates = result.get("stages", {}).get("int8_gate_by_runtime") or {}
+    ok, excluded = [], []
+    for name, rt in INT8_RUNTIMES.items():
+        v = _find(result.get("variants", []), name)
+        if v is None:
+            continue
+        gate = gates.get(rt)
+        if gate is None and rt != "onnxruntime":
+            excluded.append(f"{name} {v['p50_ms']:.1f} ms not counted: model not gated on {rt}")
+        elif gate is not None and not gate.get("passed"):
+            excluded.append(f"{name} {v['p50_ms']:.1f} ms not counted: gate failed on {rt} ({gate['mean_cosine']})")
+        else:
+            ok.append(v)
+    return (min(ok, key=lambda v: v["p50_ms"]) if ok else None), excluded
+
+
+def _int8_goals(result: dict) -> list[dict]:
+    vs = result.get("variants", [])
+    best, excluded = best_int8(result)
+    eager, fp32 = _find(vs, "encode/torch-eager-fp32"), _find(vs, "encode/ort-fp32")
+    if best is None:
+        return []
+    note = f"best: {best['name']} {best['p50_ms']:.1f} ms" + "".join(f"; {e}" for e in excluded)
+    out = []
+    if fp32:
+        ratio = round(fp32["p50_ms"] / best["p50_ms"], 2)
+        out.append(
+            {
+                "goal": "best CPU INT8 backend >= 3x ORT FP32 at batch 1 (gated on its runtime)",
+                "measured": f"{ratio}x ({note})",
+                "met": ratio >= GOALS["int8_vs_ort_fp32"],
+            }
+        )
+    if eager:
+        ratio = round(eager["p50_ms"] / best["p50_ms"], 2)
+        out.append(
+            {
+                "goal": "best CPU INT8 backend >= 4x PyTorch eager FP32 at batch 1",
+                "measured": f"{ratio}x",
+                "met": ratio >= GOALS["int8_vs_torch_eager"],
+            }
+        )
+    peak = result.get("stages", {}).get("int8_peak") or {}
+    rt = INT8_RUNTIMES[best["name"]]
+    if fp32 and peak.get("gops", {}).get(rt):
+        ratio = round(fp32["p50_ms"] / best["p50_ms"], 2)
+        achieved = peak["model_gflops_per_image"] * 1e3 / best["p50_ms"]
+        frac = achieved / peak["gops"][rt]
+        vnni = "vnni" in peak["units"] or "amx" in peak["units"]
+        where = "" if vnni else " — no VNNI here, so this is not the VNNI peak"
+        out.append(
+            {
+                "goal": "moonshot: best CPU INT8 backend >= 3.5x ORT FP32 (about 65 % of the INT8 VNNI peak)",
+                "measured": f"{ratio}x; {achieved:.0f} GOP/s = {frac:.0%} of {rt}'s INT8 GEMM peak here, "
+                f"{peak['gops'][rt]} GOP/s ({peak['units']}{where})",
+                "met": ratio >= GOALS["int8_vs_ort_fp32_moonshot"],
+            }
+        )
+    return out
 
 
 def goals(result: dict) -> list[dict]:
@@ -32,27 +103,7 @@ def goals(result: dict) -> list[dict]:
                 "met": ours["speedup_vs_baseline"] >= GOALS["preprocess_speedup"] and (cos or 0) >= 0.999,
             }
         )
-    int8 = _find(vs, "encode/ort-int8")
-    eager = _find(vs, "encode/torch-eager-fp32")
-    if eager and int8:
-        ratio = round(eager["p50_ms"] / int8["p50_ms"], 2)
-        out.append(
-            {
-                "goal": "INT8 encode >= 4x PyTorch eager FP32",
-                "measured": f"{ratio}x",
-                "met": ratio >= GOALS["int8_vs_torch_eager"],
-            }
-        )
-    fp32 = _find(vs, "encode/ort-fp32")
-    if int8 and fp32:
-        ratio = round(fp32["p50_ms"] / int8["p50_ms"], 2)
-        out.append(
-            {
-                "goal": "INT8 encode >= 2.5x ORT FP32 at batch 1 (gated model)",
-                "measured": f"{ratio}x",
-                "met": ratio >= GOALS["int8_vs_ort_fp32"],
-            }
-        )
+    out += _int8_goals(result)
     node = result.get("node")
     if node and node.get("e2e_p99_over_compute_p99") is not None:
         r = node["e2e_p99_over_compute_p99"]
@@ -119,10 +170,10 @@ def markdown(result: dict) -> str:
         lines += [
             "",
             f"VLM decode roofline ({r['shape']}, {r['dtype']}): {r['weight_bytes_per_token'] / 1e9:.2f} GB of "
-            f"weights per token / {r['copy_bandwidth_gbs']} GB/s copy bandwidth = "
+            f"weights per token / {r['weight_stream_bandwidth_gbs']} GB/s read-only weight stream = "
             f"{r['roofline_decode_tokens_per_s']} tokens/s; "
-            f"ours reaches {result['roofline_fraction']:.0%} of it ({r['fraction_of_gemv_stream']:.0%} of a plain "
-            f"GEMV weight stream at {r['gemv_read_bandwidth_gbs']} GB/s).",
+            f"ours reaches {result['roofline_fraction']:.0%} of it (for reference: "
+            f"{r['fraction_of_copy_roofline']:.0%} of a {r['copy_bandwidth_gbs']} GB/s copy-bandwidth roofline).",
             f"Paged KV waste {result['kv_waste_fraction']:.1%} vs contiguous "
             f"{result['contiguous_waste_fraction']:.1%}, "
             f"max-length contiguous {result['contiguous_max_length_waste_fraction']:.1%} "

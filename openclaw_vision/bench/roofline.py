@@ -66,3 +66,78 @@ def run_roofline(model: str, images_per_s: float, quick: bool) -> dict:
         "encoder_achieved_gflops": round(achieved, 1),
         "fraction_of_peak": round(achieved / peak, 3),
     }
+
+
+def int8_units() -> str:
+    """The CPU's INT8 dot-product units, as the goal's 'VNNI peak' needs them named."""
+    from ..encoders.openvino import int8_dot_units
+
+    have = int8_dot_units()
+    if have:
+        return ", ".join(have)
+    return "no VNNI/AMX (AVX2 only: INT8 dot products take 3 instructions, no 4-way u8·s8 accumulate)"
+
+
+def qdq_matmul_model(n: int) -> bytes:
+    """One n×n×n MatMul in our INT8 form (s8 activations and weights, zero point 0, Q/DQ): the
+    INT8 GEMM that each runtime fuses out of our models' weight layers, alone."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = rng.integers(-127, 128, (n, n), dtype=np.int8)
+    inits = [
+        numpy_helper.from_array(w, "w_q"),
+        numpy_helper.from_array(np.array(0.01, np.float32), "w_scale"),
+        numpy_helper.from_array(np.array(4 / 127, np.float32), "a_scale"),
+        numpy_helper.from_array(np.array(0, np.int8), "zp"),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["a", "a_scale", "zp"], ["a_q"]),
+        helper.make_node("DequantizeLinear", ["a_q", "a_scale", "zp"], ["a_dq"]),
+        helper.make_node("DequantizeLinear", ["w_q", "w_scale", "zp"], ["w_dq"]),
+        helper.make_node("MatMul", ["a_dq", "w_dq"], ["c"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "int8_gemm",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [n, n])],
+        [helper.make_tensor_value_info("c", TensorProto.FLOAT, [n, n])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def int8_gemm_call(runtime: str, n: int, threads: int = 0):
+    """A callable running one n×n×n INT8 GEMM (a Q/DQ MatMul) on `runtime` with the encoders' own
+    settings (ONNX Runtime: `session_options`, exact U8U8 kernels where there is no VNNI)."""
+    import tempfile
+    from pathlib import Path
+
+    x = np.random.default_rng(1).uniform(-4, 4, (n, n)).astype(np.float32)
+    blob = qdq_matmul_model(n)
+    if runtime == "onnxruntime":
+        import onnxruntime as ort
+
+        from ..encoders.onnxruntime import session_options
+
+        sess = ort.InferenceSession(blob, session_options(threads), providers=["CPUExecutionProvider"])
+        return lambda: sess.run(None, {"a": x})
+    if runtime == "openvino":
+        import openvino as ov
+
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "gemm.onnx"
+            path.write_bytes(blob)
+            compiled = ov.Core().compile_model(
+                str(path),
+                "CPU",
+                {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": threads or (os.cpu_count() or 1)},
+            )
+        req = compiled.create_infer_request()
+        return lambda: req.infer({0: x})
+    raise ValueError(f"unknown runtime {runtime!r}")
+
+
+def int8_gemm_peak_gops(runtime: str, n: int, repeats: int, threads: int = 0) -> float:
+    """Best INT8 GEMM rate (GOP/s, 2 ops per multiply-add) of `runtime`, timed on its own."""
+    return _best_rate(int8_gemm_call(runtime, n, threads), 2 * n**3, repeats)

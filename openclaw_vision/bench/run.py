@@ -26,7 +26,7 @@ def run_bench(args: argparse.Namespace) -> dict:
         "versions": versions(),
         "model": args.model,
         "precision": "fp32 and int8 (stages); int8 (node, its default)",
-        "backend": "onnxruntime",
+        "backend": "onnxruntime and openvino (where installed)",
         "variants": [],
     }
     images_per_s = None

@@ -5,10 +5,17 @@ both naming schemes — and the same token ids; ours runs
 over the paged KV cache, transformers' LlamaForCausalLM over its own cache (what a user would
 run instead). Shapes: TinyLlama-1.1B (the real one) and the tiny test shape. Also:
 
-- roofline_fraction: decode is memory-bound — every token reads every weight once. The roofline
-  is (weight bytes per token) ÷ (measured copy bandwidth, STREAM-style: bytes read + written);
-  the fraction is roofline time per token ÷ our measured time per token at the real shape
-  (details under `vlm_roofline`).
+- roofline_fraction: decode is memory-bound — every token reads every weight matrix once (and
+  one row of the embedding table). The roofline time per token is those bytes ÷ the read-only
+  streaming bandwidth of exactly those matrices: the best of several passes of the decode's own
+  matrix-vector products over the decoder's own weight arrays, nothing else, timed in the same
+  shuffled rounds as the decodes (a pass timed minutes apart once met another job's load and
+  gave a fraction of 3.3). A decode step does
+  that same pass plus attention, norms and the KV cache, so the fraction (roofline time ÷ our
+  median time per token, at the real shape) is at most 1 by construction; a value above 1 would
+  be measurement noise and is reported as measured, not clipped. Copy bandwidth (STREAM-style,
+  read + write) is kept for reference only: a read-only stream beats it, which is why it gave
+  fractions of 1.03–1.16 as a denominator (details under `vlm_roofline`).
 - kv_waste_fraction: KV slots allocated but unused by the paged cache for a realistic mix of
   requests (one frame's prompt + a question + an answer of varying length), against the same
   requests in contiguous buffers reserved for prompt + max_new_tokens (`contiguous_waste_fraction`)
@@ -121,6 +128,10 @@ def shape_variants(name: str, prompt: int, steps: int, rounds: int) -> tuple[lis
         "decode/ours": lambda: _ours_decode(dec, cache, ids, steps),
     }
     variants = [Variant(n, fn, group=n.split("/")[0], baseline=n.endswith("transformers")) for n, fn in calls.items()]
+    # one read-only pass over the weights, interleaved with the decodes it bounds (same machine state)
+    one_pass = weight_pass(dec)  # `steps` passes per call: as many as a decode call has tokens
+    stream = Variant("stream/weights", lambda: _time(lambda: [one_pass() for _ in range(steps)]), group="stream")
+    variants.append(stream)
     for v in variants:
         v.fn()  # warm-up
     rng = random.Random(0)
@@ -131,22 +142,33 @@ def shape_variants(name: str, prompt: int, steps: int, rounds: int) -> tuple[lis
             ms = v.fn() * 1e3
             v.samples_ms.append(ms)
             v.round_p50_ms.append(ms)
-    records = summarise(variants)
+    records = summarise([v for v in variants if v is not stream])
     for r in records:
         tokens = prompt if r["name"].startswith("prefill") else steps
         r["shape"], r["tokens_per_call"] = name, tokens
         r["throughput"] = round(tokens / (r["p50_ms"] / 1e3), 2)  # tokens/s
         r.pop("samples_ms", None)
-    return records, {"cfg": cfg}
+    stream_s = [x / 1e3 / steps for x in stream.samples_ms]  # seconds per pass
+    return records, {"cfg": cfg, "weight_bytes": decode_weight_bytes(dec), "stream_s": stream_s}
 
 
-def gemv_read_bandwidth_gbs(mb: int = 512, repeats: int = 5) -> float:
-    """Weight-streaming rate of a float32 matrix-vector product (BLAS, all threads): decode's own pattern."""
-    rows = mb * 1024 * 1024 // 4 // 4096
-    w = np.ones((rows, 4096), np.float32)
-    x = np.ones(4096, np.float32)
-    best = min(_time(lambda: w @ x) for _ in range(repeats))
-    return w.nbytes / best / 1e9
+def decode_weight_bytes(dec: LlamaDecoder) -> int:
+    """Bytes one decode step must read: every weight matrix and norm vector whole, one embedding row."""
+    per_layer = sum(a.nbytes for layer in dec.layers for a in layer.values())
+    return per_layer + dec.norm.nbytes + dec.lm_head.nbytes + dec.embed_tokens[0].nbytes
+
+
+def weight_pass(dec: LlamaDecoder):
+    """One read-only pass over the decoder's weight matrices with decode's own products (`h @ W.T` for a
+    single row h: the same BLAS call on the same arrays, in the same order), as a callable."""
+    mats = [layer[k] for layer in dec.layers for k in ("wqkv", "wo", "w_gate_up", "w_down")] + [dec.lm_head]
+    rows = {m.shape[1]: np.ones((1, m.shape[1]), dec.dtype) for m in mats}
+
+    def stream() -> None:
+        for m in mats:
+            rows[m.shape[1]] @ m.T
+
+    return stream
 
 
 def copy_bandwidth_gbs(mb: int = 512, repeats: int = 5) -> float:
@@ -220,20 +242,19 @@ def run_vlm(quick: bool, real: str = "tinyllama-1.1b") -> dict:
     records_real, info = shape_variants(real, prompt=64 if quick else 128, steps=6 if quick else 16,
                                         rounds=1 if quick else 3)  # fmt: skip
     records_tiny, _ = shape_variants(tiny, prompt=64, steps=32, rounds=3 if quick else 10)
-    bandwidth, gemv = copy_bandwidth_gbs(), gemv_read_bandwidth_gbs()
-    cfg: LlamaConfig = info["cfg"]
-    weight_bytes = cfg.param_count() * 4
+    weight_bytes, stream_s = info["weight_bytes"], min(info["stream_s"])  # the best pass: the roofline
+    copy_bw = copy_bandwidth_gbs()
     ours_decode = next(r for r in records_real if r["name"] == "decode/ours")
-    roofline_tps = bandwidth * 1e9 / weight_bytes
+    roofline_tps = 1.0 / stream_s  # one pass over the weights per token, at their read-only streaming rate
     return {
         "variants": records_real + records_tiny,
         "roofline_fraction": round(ours_decode["throughput"] / roofline_tps, 3),
         "vlm_roofline": {
-            "copy_bandwidth_gbs": round(bandwidth, 1),
-            "gemv_read_bandwidth_gbs": round(gemv, 1),
-            "fraction_of_gemv_stream": round(ours_decode["throughput"] * weight_bytes / (gemv * 1e9), 3),
-            "note": "copy bandwidth counts bytes read + written (STREAM); a read-only weight stream (GEMV) "
-            "can run faster, so the copy roofline can be exceeded",
+            "weight_stream_bandwidth_gbs": round(weight_bytes / stream_s / 1e9, 1),
+            "copy_bandwidth_gbs": round(copy_bw, 1),
+            "fraction_of_copy_roofline": round(ours_decode["throughput"] * weight_bytes / (copy_bw * 1e9), 3),
+            "note": "denominator: best read-only pass of decode's own GEMVs over the decoder's weights (a strict "
+            "part of a decode step, so the fraction is <= 1); copy bandwidth (read + write) for reference only",
             "weight_bytes_per_token": weight_bytes,
             "roofline_decode_tokens_per_s": round(roofline_tps, 2),
             "shape": real,

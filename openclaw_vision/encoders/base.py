@@ -1,8 +1,17 @@
-"""The encoder stage's interface: normalised pixels in, unit-length embeddings out."""
+"""The encoder stage's interface: normalised pixels in, unit-length embeddings out.
+
+Every backend reads the same ONNX files (the FP32 export and the gated Q/DQ INT8 model), and
+`ModelInfo.from_metadata` is the one place that turns such a file's metadata and tensor shapes
+into what a node publishes (model id, width, input size): whichever runtime loads the file, a
+frame's features say the same thing about the weights that made them.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -27,7 +36,7 @@ def l2_normalise(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
 
 @runtime_checkable
 class ImageEncoder(Protocol):
-    """What every backend (ONNX Runtime, TensorRT, torch) offers the node and the tools."""
+    """What every backend (ONNX Runtime, OpenVINO, TensorRT, torch) offers the node and the tools."""
 
     model_id: str
     embed_dim: int
@@ -42,3 +51,103 @@ class ImageEncoder(Protocol):
 
 class EncoderError(RuntimeError):
     """A model that cannot be loaded or an input it cannot take."""
+
+
+class BackendUnsuitable(EncoderError):
+    """This backend could load the model but should not run it (e.g. the INT8 gate failed on it).
+
+    `backend: auto` moves on to the next backend; an explicit choice stops with the reason.
+    """
+
+
+#: Dimension of a tensor shape as the runtimes report it: an int, or None/str/-1 when dynamic.
+Dim = int | str | None
+
+
+def _static(d: Dim) -> int | None:
+    return d if isinstance(d, int) and d > 0 else None
+
+
+def one_line(err: BaseException) -> str:
+    """A runtime's error as one log line: its last non-empty line (OpenVINO's messages open with
+    several lines of source locations and end with the reason)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return lines[-1] if lines else type(err).__name__
+
+
+def checked_output(out: np.ndarray, n: int, dim: int, backend: str) -> np.ndarray:
+    """The runtime's output if it is (n, dim) — else an EncoderError. A model whose computation goes
+    wrong for one input can come back with another shape instead of an error (OpenVINO returned
+    (0, 0) where ONNX Runtime raised): that frame must fail, not publish an empty embedding."""
+    if out.shape != (n, dim):
+        raise EncoderError(f"{backend} returned shape {tuple(out.shape)} for {n} image(s); expected ({n}, {dim})")
+    return out
+
+
+def check_model_file(path: str | Path) -> Path:
+    """The model path, or an EncoderError that says how to build a missing model."""
+    p = Path(path)
+    if not p.is_file():
+        raise EncoderError(
+            f"model file not found: {p} "
+            "(build it with `openclaw-vision export` for FP32, `openclaw-vision quantize` for INT8)"
+        )
+    return p
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What a model file says about itself: read from the ONNX metadata written at export/quantisation."""
+
+    model_id: str
+    precision: str
+    image_size: int
+    embed_dim: int
+    metadata: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_metadata(
+        cls, meta: dict[str, str], path: str | Path, input_shape: Sequence[Dim], output_shape: Sequence[Dim]
+    ) -> ModelInfo:
+        """Metadata first, shapes as the fallback; a model that does not take (N, 3, S, S) pixels and
+        give (N, D) rows is not an image encoder, and loading it stops here with what it is instead."""
+        path = Path(path)
+        if len(input_shape) != 4 or _static(input_shape[1]) not in (3, None) or len(output_shape) != 2:
+            raise EncoderError(
+                f"{path} is not an image encoder: input {list(input_shape)}, output {list(output_shape)}; "
+                "expected pixels (N, 3, S, S) in and embeddings (N, D) out (an `openclaw-vision export` model)"
+            )
+        size = meta.get("image_size") or _static(input_shape[-1]) or 224
+        dim = meta.get("embed_dim") or _static(output_shape[-1])
+        if dim is None:
+            raise EncoderError(f"{path}: embedding width unknown (no embed_dim metadata, dynamic output shape)")
+        return cls(meta.get("model_id", path.stem), meta.get("precision", "fp32"), int(size), int(dim), dict(meta))
+
+    def gate_on(self, backend: str) -> dict | None:
+        """The INT8 accuracy gate as measured on `backend` at quantisation time (None: not measured there)."""
+        runtimes = json.loads(self.metadata.get("quant_gate_runtimes", "{}") or "{}")
+        return runtimes.get(backend)
+
+
+#: What to do with an INT8 model that was not gated on the backend about to run it: `require` is
+#: `backend: auto`'s policy (refuse, so auto moves on), `warn` an explicit choice's, `ignore` the
+#: quantiser's (it is measuring that very gate) and the benchmark's.
+GATE_POLICIES = ("require", "warn", "ignore")
+
+
+def check_gate(info: ModelInfo, backend: str, policy: str, log) -> None:
+    """Refuse an INT8 model whose accuracy gate failed on `backend`; with `require`, also one never
+    gated there. Q/DQ models round differently per runtime, so ONNX Runtime's pass is not this one's."""
+    if info.precision != "int8" or policy == "ignore":
+        return
+    gate = info.gate_on(backend)
+    if gate is None:
+        why = f"{info.model_id} (INT8) was not gated on {backend} when it was quantised"
+        if policy == "require":
+            raise BackendUnsuitable(why)
+        log.warning("%s; re-run `openclaw-vision quantize` with %s installed to gate it there", why, backend)
+    elif not gate.get("passed"):
+        raise BackendUnsuitable(
+            f"{info.model_id} (INT8) failed its accuracy gate on {backend}: mean cosine {gate.get('mean_cosine')}, "
+            f"min {gate.get('min_cosine')}, NN agreement {gate.get('nn_agreement')}; use backend onnxruntime"
+        )

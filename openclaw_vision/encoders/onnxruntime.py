@@ -1,7 +1,8 @@
 """ONNX Runtime backend: the CPU default.
 
-The model id, width and input size are read from the ONNX file's metadata (written at export),
-so a node publishing features always says which weights made them.
+The model id, width and input size are read from the ONNX file's metadata (written at export,
+read by `ModelInfo`, shared with the other backends), so a node publishing features always says
+which weights made them.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .base import Embedding, EncoderError, l2_normalise
+from .base import Embedding, EncoderError, ModelInfo, check_model_file, checked_output, l2_normalise, one_line
 
 
 def session_options(threads: int = 0, spinning: bool = False):
@@ -43,27 +44,18 @@ class OnnxRuntimeEncoder:
     def __init__(self, model_path: str | Path, threads: int = 0, providers: list[str] | None = None) -> None:
         import onnxruntime as ort
 
-        path = Path(model_path)
-        if not path.is_file():
-            raise EncoderError(
-                f"model file not found: {path} "
-                "(build it with `openclaw-vision export` for FP32, `openclaw-vision quantize` for INT8)"
-            )
+        path = check_model_file(model_path)
         opts = session_options(threads)
         try:
             self.session = ort.InferenceSession(str(path), opts, providers=providers or ["CPUExecutionProvider"])
         except Exception as err:  # onnxruntime raises its own exception types; name the file
-            raise EncoderError(f"cannot load {path}: {err}") from err
-        inp = self.session.get_inputs()[0]
-        self._input = inp.name
-        self._output = self.session.get_outputs()[0].name
+            raise EncoderError(f"cannot load {path}: {one_line(err)}") from err
+        inp, out = self.session.get_inputs()[0], self.session.get_outputs()[0]
+        self._input, self._output = inp.name, out.name
         meta = self.session.get_modelmeta().custom_metadata_map
-        self.model_id = meta.get("model_id", path.stem)
-        self.precision = meta.get("precision", "fp32")
-        shape = inp.shape
-        self.image_size = int(meta.get("image_size", shape[-1] if isinstance(shape[-1], int) else 224))
-        out_shape = self.session.get_outputs()[0].shape
-        self.embed_dim = int(meta.get("embed_dim", out_shape[-1]))
+        self.info = ModelInfo.from_metadata(meta, path, inp.shape, out.shape)
+        self.model_id, self.precision = self.info.model_id, self.info.precision
+        self.image_size, self.embed_dim = self.info.image_size, self.info.embed_dim
         self.threads = opts.intra_op_num_threads
 
     def encode(self, pixels: np.ndarray) -> Embedding:
@@ -71,4 +63,4 @@ class OnnxRuntimeEncoder:
         if pixels.ndim != 4 or pixels.shape[1:] != (3, s, s):
             raise EncoderError(f"expected pixels (N, 3, {s}, {s}), got {pixels.shape}")
         out = self.session.run([self._output], {self._input: np.ascontiguousarray(pixels, np.float32)})[0]
-        return Embedding(l2_normalise(out), self.model_id)
+        return Embedding(l2_normalise(checked_output(out, len(pixels), self.embed_dim, self.backend)), self.model_id)

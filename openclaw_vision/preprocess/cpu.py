@@ -96,6 +96,8 @@ class CpuPreprocessor:
         box = crop_box(frame.height, frame.width, self.spec.size)
         x0, y0 = round(box.x0), round(box.y0)
         x1, y1 = round(box.x0 + box.width), round(box.y0 + box.height)
+        # a crop one pixel wide can round to nothing (1×40: x0 = round(19.5) = 20 = round(20.5) = x1)
+        x1, y1 = max(x1, x0 + 1), max(y1, y0 + 1)
         return crop_rgb(frame, x0, y0, x1, y1)
 
     def __call__(self, frame: Frame, out: np.ndarray | None = None) -> np.ndarray:

@@ -7,7 +7,7 @@ node can count and log it instead of crashing or encoding garbage.
 This table is the specification that every implementation follows (the OpenCV path here,
 the CUDA kernel in preprocess/cuda/, the fuzz tests). `W`, `H` are the message's `width` and
 `height`, `step` its row length in bytes; rows may carry padding (`step` > the bytes a row
-needs); the data must hold `step × (rows - 1) + row bytes` at least (longer is accepted).
+needs); the data holds exactly `step × rows` bytes (sensor_msgs/Image: "size is (step * rows)").
 
 | encoding          | B/px | buffer rows | sizes      | → RGB (uint8)                                            |
 |-------------------|------|-------------|------------|----------------------------------------------------------|
@@ -161,10 +161,10 @@ def pixel_view(
         raise FrameError(f"step {step} < width*{bpp} = {row} for {encoding}")
     buf = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data.reshape(-1).view(np.uint8)
     rows = enc.buffer_rows(height)
-    need = step * (rows - 1) + row
-    if buf.size < need:
+    need = step * rows  # sensor_msgs/Image: "size is (step * rows)"; exact integers, no 32-bit wrap
+    if buf.size != need:
         what = f"{width}x{height} {encoding} with step {step}" + (" (plus H/2 chroma rows)" if enc.planar420 else "")
-        raise FrameError(f"{buf.size} data bytes, {what} needs {need}")
+        raise FrameError(f"{buf.size} data bytes, {what} needs {need} (step * rows)")
     view = np.lib.stride_tricks.as_strided(buf, shape=(rows, row), strides=(step, 1), writeable=False)
     return view.reshape(rows, width, bpp)
 

@@ -22,6 +22,7 @@ from . import calibrate, data, memory, partition, sensitivity
 from .evaluate import Evaluator, GateSpec, embed, session, worst
 from .graph import quantisable_layers
 from .qdq import SCHEMES, build_qdq_model, build_switch_model
+from .runtimes import gate_by_runtime, stamp
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +140,8 @@ def quantize(opts: QuantOptions, frames: list | None = None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         candidate = Path(tmp) / "candidate.int8.onnx"
         candidate.write_bytes(final_bytes)
+        by_runtime = gate_by_runtime(candidate, evaluator, opts.gate)  # the same model, as each runtime rounds it
+        final_bytes = stamp(final, by_runtime)
         mem = (
             {"fp32": memory.measure(opts.fp32_model), "int8": memory.measure(candidate)} if opts.measure_memory else {}
         )
@@ -187,6 +190,7 @@ def quantize(opts: QuantOptions, frames: list | None = None) -> dict:
             "text_note": "no text tower in this package; the image term only",
         },
         "per_resolution": {res: m.as_dict() for res, m in part.metrics.items()},
+        "gate_by_runtime": by_runtime,
         "layers": len(layers),
         "quantised": len(layers) - len(part.kept_float),
         "kept_float": part.kept_float,

@@ -33,6 +33,7 @@ def markdown(r: dict) -> str:
         lines.append(
             f"| {res} | {m['mean_cosine']:.6f} | {m['min_cosine']:.6f} | {m['nn_agreement']:.2%} | {m['kl']:.3g} |"
         )
+    lines += runtime_rows(r.get("gate_by_runtime") or {})
     lines += [
         "",
         "## What stayed in float, and why",
@@ -102,6 +103,25 @@ def markdown(r: dict) -> str:
         f"Took {r['seconds']} s.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def runtime_rows(rows: dict) -> list[str]:
+    """The gate once per runtime on the final model: each rounds the same Q/DQ model its own way."""
+    if not rows:
+        return []
+    out = [
+        "",
+        "The same model on each installed runtime (an INT8 model runs only where it passed here):",
+        "",
+        "| runtime | mean cos | min cos | NN agreement | KL | gate |",
+        "|---|---|---|---|---|---|",
+    ]
+    for rt, m in rows.items():
+        out.append(
+            f"| {rt} | {m['mean_cosine']:.6f} | {m['min_cosine']:.6f} | {m['nn_agreement']:.2%} | {m['kl']:.3g} "
+            f"| {'pass' if m['passed'] else 'FAIL'} |"
+        )
+    return out
 
 
 _ROLE_COLOURS = {"patch_embed": "C0", "qkv": "C1", "attn_out": "C2", "mlp_fc": "C3", "mlp_proj": "C4", "proj": "C5"}

@@ -244,6 +244,7 @@ class _Subscription:
         self._lib = _ddsc()
         self.zero_copy = self._lib is not None  # else the binding's take, one copy
         self.malformed = 0  # samples whose bytes did not decode (logged; counted in lost())
+        self._reliable = qos.reliability == "reliable"
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"dds-take{topic}", daemon=True)
         self._thread.start()
@@ -295,14 +296,18 @@ class _Subscription:
         return len(self._reader.get_matched_publications())
 
     def lost(self) -> int:
-        """Samples DDS lost or could not keep before we took them."""
+        """Samples DDS lost or could not keep before we took them, and samples that did not decode.
+
+        A sample the reader rejects for want of room (its resource limit) is lost on best effort,
+        but on a reliable subscription it is only flow control: the writer keeps it and sends it
+        again (the reliability fuzz saw 340 such rejections for 10 000 samples, all delivered).
+        """
         if self._reader is None:  # closed: the count it ended with
             return self._lost_at_close
-        return (
-            int(self._reader.get_sample_lost_status().total_count)
-            + int(self._reader.get_sample_rejected_status().total_count)
-            + self.malformed
-        )
+        lost = int(self._reader.get_sample_lost_status().total_count) + self.malformed
+        if not self._reliable:
+            lost += int(self._reader.get_sample_rejected_status().total_count)
+        return lost
 
     def close(self) -> None:
         self._stop.set()

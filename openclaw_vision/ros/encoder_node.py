@@ -61,6 +61,9 @@ class EncoderNode:
         self.times = StageTimes(STAGES)
         self._slot = LatestSlot()
         self._stop = threading.Event()
+        # A frame is classified whole either before stop() or not taken at all, so the final counts add up.
+        self._intake = threading.Lock()
+        self._accepting = True
         self._warn_reject = Throttle(cfg.log_throttle_period)
         self._warn_fail = Throttle(cfg.log_throttle_period)
         self._reconfigure_lock = threading.Lock()
@@ -78,6 +81,11 @@ class EncoderNode:
 
     # transport thread -------------------------------------------------------------------
     def _on_image(self, msg: Any, deserialize_s: float) -> None:
+        with self._intake:
+            if self._accepting:
+                self._take_in(msg, deserialize_s)
+
+    def _take_in(self, msg: Any, deserialize_s: float) -> None:
         self.counters.inc("received")
         t0 = time.perf_counter()
         try:
@@ -199,8 +207,11 @@ class EncoderNode:
         return self
 
     def stop(self) -> None:
+        with self._intake:  # frames after this are not the node's: the final counts below are complete
+            self._accepting = False
         self._stop.set()
-        self._slot.close()
+        if self._slot.close() is not None:
+            self.counters.inc("dropped")  # it waited for the worker when the node stopped: never encoded
         for t in self._threads:
             t.join(timeout=5)
         try:
@@ -218,7 +229,7 @@ def image_subscription(cfg: cfgmod.EncoderConfig) -> tuple[str, str]:
 
 def _build(cfg: cfgmod.EncoderConfig, transport: Transport) -> EncoderNode:
     model_path = cfg.model_path or str(default_model_path(cfg.model, cfg.precision))
-    return EncoderNode(cfg, transport, create_encoder(cfg.backend, model_path, cfg.threads))
+    return EncoderNode(cfg, transport, create_encoder(cfg.backend, model_path, cfg.threads, cfg.performance_hint))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,133 @@
+"""OpenVINO backend: the same FP32 and Q/DQ INT8 ONNX files, compiled by OpenVINO's CPU plugin.
+
+No second model format: OpenVINO reads the ONNX file itself (its ONNX front end keeps the
+file's metadata under the model's `framework` runtime info, which `ModelInfo` reads exactly as
+for ONNX Runtime). On x86 CPUs its INT8 kernels can beat ONNX Runtime's on the same Q/DQ
+model; the two runtimes may round that model differently, so an INT8 model runs here only as
+far as its accuracy gate was measured here (`check_gate`).
+
+`backend: auto` also leaves INT8 models to ONNX Runtime on CPUs without INT8 dot-product units
+(VNNI/AMX): measured on an AVX2-only AMD EPYC (ViT-B/32, batch 1, 2 threads, one interleaved
+`bench --mode stages` run) OpenVINO INT8 took 98 ms against ONNX Runtime INT8's 59 ms (and
+OpenVINO FP32's 84 ms), its INT8 GEMM 119 against 192 GOP/s; on a Xeon with AVX-512 VNNI it was
+the other way round (15.6 ms against 20.6 ms). FP32 models go to OpenVINO on any x86 CPU.
+
+Inference precision is pinned to f32: on CPUs with bf16 units OpenVINO would otherwise run
+the float parts of the model in bf16, and the FP32 model would no longer be the FP32 reference.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import platform
+from pathlib import Path
+
+import numpy as np
+
+from .base import (
+    BackendUnsuitable,
+    Embedding,
+    EncoderError,
+    ModelInfo,
+    check_gate,
+    check_model_file,
+    checked_output,
+    l2_normalise,
+    one_line,
+)
+
+log = logging.getLogger(__name__)
+
+#: The node's `performance_hint` values → OpenVINO's PERFORMANCE_HINT.
+HINTS = {"latency": "LATENCY", "throughput": "THROUGHPUT"}
+X86 = ("x86_64", "amd64", "i386", "i686")
+
+
+def usable() -> tuple[bool, str]:
+    """Whether `backend: auto` may pick OpenVINO here, and why: x86 only, and importable."""
+    machine = platform.machine().lower()
+    if machine not in X86:
+        return False, f"not x86 ({machine})"
+    try:
+        ov = importlib.import_module("openvino")
+    except ImportError as err:
+        return False, f"not installed ({err}; `pip install openclaw_vision[openvino]`)"
+    if not hasattr(ov, "Core"):
+        return False, "openvino has no Core (broken install)"
+    return True, f"{machine}, openvino {version()} importable"
+
+
+def int8_dot_units() -> list[str]:
+    """The CPU's INT8 dot-product extensions (AMX, AVX-512 VNNI, AVX-VNNI) from /proc/cpuinfo."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            line = next((ln for ln in fh if ln.startswith("flags")), "")
+    except OSError:
+        return []
+    flags = set(line.split(":", 1)[-1].split())
+    return [f for f in ("amx_int8", "avx512_vnni", "avx_vnni") if f in flags]
+
+
+def version() -> str:
+    import openvino
+
+    return str(getattr(openvino, "__version__", "?")).split("-")[0]
+
+
+def _dims(shape) -> list[int | None]:
+    return [d.get_length() if d.is_static else None for d in shape]
+
+
+class OpenVinoEncoder:
+    backend = "openvino"
+
+    def __init__(
+        self, model_path: str | Path, threads: int = 0, performance_hint: str = "latency", gate: str = "warn"
+    ) -> None:
+        if performance_hint not in HINTS:
+            raise EncoderError(f"unknown performance_hint {performance_hint!r}; choose one of {', '.join(HINTS)}")
+        try:
+            import openvino as ov
+        except ImportError as err:
+            raise EncoderError(f"the openvino backend needs `pip install openvino` ({err})") from err
+        path = check_model_file(model_path)
+        core = ov.Core()
+        try:
+            model = core.read_model(str(path))
+        except Exception as err:  # OpenVINO raises RuntimeError subclasses of its own; name the file
+            raise EncoderError(f"cannot load {path}: {one_line(err)}") from err
+        meta = {}
+        if model.has_rt_info(["framework"]):
+            meta = {str(k): v.astype(str) for k, v in model.get_rt_info(["framework"]).astype(dict).items()}
+        self.info = ModelInfo.from_metadata(
+            meta, path, _dims(model.inputs[0].get_partial_shape()), _dims(model.outputs[0].get_partial_shape())
+        )
+        check_gate(self.info, self.backend, gate, log)
+        if gate == "require" and self.info.precision == "int8" and not int8_dot_units():
+            raise BackendUnsuitable(
+                "INT8 on a CPU without VNNI/AMX, where ONNX Runtime's INT8 kernels are faster (encoders/openvino.py)"
+            )
+        self.model_id, self.precision = self.info.model_id, self.info.precision
+        self.image_size, self.embed_dim = self.info.image_size, self.info.embed_dim
+        self.threads = threads if threads > 0 else (os.cpu_count() or 1)
+        self.performance_hint = performance_hint
+        config = {
+            "PERFORMANCE_HINT": HINTS[performance_hint],
+            "INFERENCE_NUM_THREADS": self.threads,
+            "INFERENCE_PRECISION_HINT": "f32",
+        }
+        try:
+            self._compiled = core.compile_model(model, "CPU", config)
+        except Exception as err:
+            raise EncoderError(f"OpenVINO cannot compile {path} for the CPU: {one_line(err)}") from err
+        self._request = self._compiled.create_infer_request()
+
+    def encode(self, pixels: np.ndarray) -> Embedding:
+        s = self.image_size
+        if pixels.ndim != 4 or pixels.shape[1:] != (3, s, s):
+            raise EncoderError(f"expected pixels (N, 3, {s}, {s}), got {pixels.shape}")
+        self._request.infer({0: np.ascontiguousarray(pixels, np.float32)})
+        out = self._request.get_output_tensor(0).data  # a view of the request's buffer: normalise into a copy
+        return Embedding(l2_normalise(checked_output(out, len(pixels), self.embed_dim, self.backend)), self.model_id)

@@ -1,0 +1,69 @@
+"""A camera in its own process for the reliability suite: publishes sensor_msgs/Image over loopback DDS.
+
+Its own process because cyclonedds-python holds the GIL inside a blocking reliable write: a
+sender thread in the test process would starve the test's own /visual_features reader while
+the node's input buffer is full, and the test would be measuring itself.
+
+    python camera_sender.py fuzz N SEED OUT.json     # image_fuzz.generate(N, SEED), as fast as accepted
+    python camera_sender.py paced SECONDS FPS OUT.json  # small valid frames at FPS (no catch-up bursts)
+
+Prints 'ready' once the node's subscription is matched, then writes OUT.json: the stamp of each
+message in the order sent (the stamp is the send time, ns, this host's clock).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from image_fuzz import ImageCase, generate
+
+from openclaw_vision.ros.cyclone import CycloneTransport
+from openclaw_vision.ros.transport import IMAGE, QoS
+
+
+def paced_cases(seconds: float, fps: float):
+    """Valid 64x48 frames at `fps`, like a camera: a late frame is sent at once, the next one a period later."""
+    rng = np.random.default_rng(0)
+    frames = [rng.integers(0, 256, 48 * 64 * 3, np.uint8).tobytes() for _ in range(16)]
+    now = time.monotonic()
+    end, due, i = now + seconds, now, 0
+    while (now := time.monotonic()) < end:
+        if due > now:
+            time.sleep(due - now)
+        due = max(due, time.monotonic() - 1 / fps) + 1 / fps
+        yield ImageCase("good", 48, 64, 192, "rgb8", frames[i % 16], "camera", True)
+        i += 1
+
+
+def main(argv: list[str]) -> int:
+    mode, out = argv[0], Path(argv[-1])
+    cases = generate(int(argv[1]), int(argv[2])) if mode == "fuzz" else paced_cases(float(argv[1]), float(argv[2]))
+    t = CycloneTransport("camera_sender")
+    Image, Header, Time = t.msg(IMAGE), t.msg("std_msgs/msg/Header"), t.msg("builtin_interfaces/msg/Time")
+    pub = t.publisher("/camera/image_raw", IMAGE, QoS("reliable", 10, "keep_all"))
+    deadline = time.monotonic() + 60
+    while pub.matched() < 1:
+        if time.monotonic() > deadline:
+            print("no node", flush=True)
+            return 1
+        time.sleep(0.05)
+    print("ready", flush=True)
+    stamps, last = [], 0
+    for case in cases:
+        last = max(time.time_ns(), last + 1)
+        header = Header(stamp=Time(sec=last // 10**9, nanosec=last % 10**9), frame_id=case.frame_id)
+        pub.publish(Image(header=header, **case.fields()))
+        stamps.append(last)
+    out.write_text(json.dumps(stamps))
+    print("done", flush=True)
+    time.sleep(0.5)  # let the last samples' acknowledgements come in before the writer goes
+    t.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,519 @@
+"""Trying to break the encoder node: the real process, over real (loopback) DDS, with the tiny model.
+
+- fuzz: 10 000 generated Image messages (test/image_fuzz.py), bad ones interleaved with good
+  ones: every bad one rejected and counted, every good one encoded or dropped for a newer
+  frame, the counters add up exactly to what was sent, the process lives on;
+- overload: frames at more than twice the rate the node can encode them, for 30 s: resident
+  memory stays bounded, drops are counted exactly, served frames' latency does not grow;
+- faults: bad model files stop the node at start with one error line and exit code 2; a frame
+  the model fails on is counted as failed and the next one served; SIGINT/SIGTERM stop it
+  cleanly within 2 s with the final counters logged; publishers leaving and coming back.
+
+Nothing here times the node's speed: latency and rates are compared with the node's own
+encode time and encode rate, measured in the same run.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from image_fuzz import ImageCase, generate
+from onnx import TensorProto, helper
+
+from openclaw_vision.ros.convert import stamp_to_ns
+from openclaw_vision.ros.diagnostics import status_values
+from openclaw_vision.ros.encoder_node import COUNTS, STATUS_NAME
+from openclaw_vision.ros.process import NodeProcess
+from openclaw_vision.ros.transport import DIAGNOSTIC_ARRAY, IMAGE, VISUAL_FEATURES, QoS
+
+pytestmark = [pytest.mark.reliability, pytest.mark.dds]
+
+FUZZ_MESSAGES = 10_000
+OVERLOAD_SECONDS = 30.0
+#: Resident memory the node may gain during the overload over what it held after warming up:
+#: its reader buffer (32 samples of 9 KB), one frame in the slot, and allocator slack. A leak of
+#: one 9 KB frame per dropped frame would cross it within the first ~4 000 of the ~50 000 sent.
+RSS_GROWTH_BOUND_MB = 32.0
+STOP_DEADLINE_S = 2.0
+
+
+# --- the test's side of the wire ----------------------------------------------------------------
+class Link:
+    """Publishes images to a node and collects its /visual_features and /diagnostics."""
+
+    def __init__(self, transport) -> None:
+        self.transport = transport
+        self.Image = transport.msg(IMAGE)
+        self.Header = transport.msg("std_msgs/msg/Header")
+        self.Time = transport.msg("builtin_interfaces/msg/Time")
+        self.cond = threading.Condition()
+        self.features: dict[int, tuple[int, str]] = {}  # stamp ns → (receipt ns, frame_id)
+        self.duplicates = 0
+        self.diag: dict[str, str] | None = None
+        self.pub = transport.publisher("/camera/image_raw", IMAGE, QoS("reliable", 10, "keep_all"))
+        self.feat_sub = transport.subscribe("/visual_features", VISUAL_FEATURES, QoS("reliable", 100), self._on_feat)
+        transport.subscribe("/diagnostics", DIAGNOSTIC_ARRAY, QoS("reliable", 10), self._on_diag)
+        self._last_stamp = 0
+
+    def _on_feat(self, msg, _dt) -> None:
+        now = time.time_ns()
+        with self.cond:
+            stamp = stamp_to_ns(msg.header.stamp)
+            self.duplicates += stamp in self.features
+            self.features[stamp] = (now, msg.header.frame_id)
+            self.cond.notify_all()
+
+    def _on_diag(self, msg, _dt) -> None:
+        values = status_values(msg, STATUS_NAME)
+        if values is not None:
+            with self.cond:
+                self.diag = values
+                self.cond.notify_all()
+
+    def wait(self, pred, timeout: float) -> bool:
+        with self.cond:
+            return self.cond.wait_for(pred, timeout)
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self.pub.matched() < 1 or self.feat_sub.matched() < 1 or self.diag is None:
+            assert time.monotonic() < deadline, "the node did not come up on DDS"
+            time.sleep(0.05)
+
+    def counts(self) -> dict[str, int]:
+        with self.cond:
+            return {k: int(self.diag[k]) for k in (*COUNTS, "lost")} if self.diag else {}
+
+    def stages(self) -> dict[str, float]:
+        with self.cond:
+            return {k: float(v) for k, v in (self.diag or {}).items() if k.endswith("_ms_p50")}
+
+    def next_stamp(self) -> int:
+        """The send time in ns, unique: latency is receipt minus stamp, both on this host's clock."""
+        self._last_stamp = max(time.time_ns(), self._last_stamp + 1)
+        return self._last_stamp
+
+    def send(self, case: ImageCase) -> int:
+        stamp = self.next_stamp()
+        header = self.Header(stamp=self.Time(sec=stamp // 10**9, nanosec=stamp % 10**9), frame_id=case.frame_id)
+        self.pub.publish(self.Image(header=header, **case.fields()))
+        return stamp
+
+    def settled(self, sent: int, base: dict[str, int]) -> bool:
+        """The node has classified every frame sent since `base`, and its features all arrived."""
+        c = self.counts()
+        if not c:
+            return False
+        d = {k: c[k] - base.get(k, 0) for k in c}
+        classified = d["encoded"] + d["dropped"] + d["rejected"] + d["failed"]
+        heard = len(self.features) - base.get("features_heard", 0)
+        return d["received"] >= sent and classified == d["received"] and heard >= d["encoded"]
+
+    def quiet_counts(self, received: int = 0, timeout: float = 30.0) -> dict[str, int]:
+        """The node's counters once it has received at least `received` frames and classified each
+        (a /diagnostics snapshot can be a period old, or catch a frame between 'received' and 'encoded')."""
+
+        def quiet() -> bool:
+            c = self.counts()
+            done = c.get("received", -1) >= received
+            return done and c["received"] == c["encoded"] + c["dropped"] + c["rejected"] + c["failed"]
+
+        assert self.wait(quiet, timeout), self.counts()
+        with self.cond:  # the features this link had heard by then: later ones are what `settled` waits for
+            return {**self.counts(), "features_heard": len(self.features)}
+
+    def close(self) -> None:
+        self.transport.close()
+
+
+def _transport(name: str):
+    from openclaw_vision.ros.cyclone import CycloneTransport
+
+    return CycloneTransport(name)
+
+
+def _node(tmp_path: Path, *extra: str, model: Path) -> NodeProcess:
+    return NodeProcess(
+        ["--model", "tiny", "--model-path", str(model), "--reliability", "reliable", "--depth", "5",
+         "--diagnostics-period", "0.2", "--transport", "cyclonedds", "--threads", "1",
+         "--stats-json", str(tmp_path / "stats.json"), *extra],
+        log_path=tmp_path / "node.log",
+    )  # fmt: skip
+
+
+SENDER = Path(__file__).with_name("camera_sender.py")
+
+
+class Camera:
+    """test/camera_sender.py in its own process (see there why); `stamps()` once it is done."""
+
+    def __init__(self, tmp_path: Path, *args: str) -> None:
+        self.out = tmp_path / "sent.json"
+        self.proc = subprocess.Popen(
+            [sys.executable, str(SENDER), *args, str(self.out)], stdout=subprocess.PIPE, text=True
+        )
+        line = self.proc.stdout.readline().strip()
+        assert line == "ready", f"camera process: {line!r}"
+
+    def stamps(self, timeout: float = 180.0) -> list[int]:
+        assert self.proc.wait(timeout) == 0
+        return json.loads(self.out.read_text())
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("VmRSS:")) / 1024
+
+
+def _frame(rng, h: int = 48, w: int = 64, value: int | None = None) -> ImageCase:
+    data = np.full((h, w, 3), value, np.uint8) if value is not None else rng.integers(0, 256, (h, w, 3), np.uint8)
+    return ImageCase("good", h, w, w * 3, "rgb8", data.tobytes(), "camera", True)
+
+
+def _stopped_counts(log_text: str) -> dict[str, int]:
+    line = next(line for line in log_text.splitlines() if "] INFO: stopped: " in line)
+    return json.loads(line.split("stopped: ", 1)[1])
+
+
+@pytest.fixture()
+def link(dds_domain):
+    lk = Link(_transport("reliability_test"))
+    yield lk
+    lk.close()
+
+
+# --- fuzz ---------------------------------------------------------------------------------------
+def test_fuzzed_images_are_each_rejected_or_served_and_the_counts_add_up_exactly(tiny_model, link, tmp_path):
+    with _node(tmp_path, model=tiny_model) as node:
+        link.wait_ready()
+        base = link.quiet_counts()
+        camera = Camera(tmp_path, "fuzz", str(FUZZ_MESSAGES), "12")
+        try:
+            stamps = camera.stamps()
+        finally:
+            camera.kill()
+        cases = list(generate(FUZZ_MESSAGES, seed=12))  # the same seeded sequence the camera sent
+        sent = len(stamps)
+        good_ids = {st: c.frame_id for st, c in zip(stamps, cases, strict=True) if c.valid}
+        kinds, n_bad = Counter(c.kind for c in cases), sum(not c.valid for c in cases)
+        assert link.wait(lambda: link.settled(sent, base), 120), (link.counts(), node.log_text()[-3000:])
+        d = {k: v - base[k] for k, v in link.counts().items()}
+        assert node.alive()
+
+        assert sent == FUZZ_MESSAGES and len(kinds) >= 13 and kinds["good_4k"] >= 1
+        assert d["received"] == sent and d["lost"] == 0  # reliable: nothing lost on the way
+        assert d["rejected"] == n_bad  # every bad one, and nothing else
+        assert d["failed"] == 0  # no valid image made preprocessing or the encoder fail
+        assert d["encoded"] + d["dropped"] == len(good_ids)
+        assert d["encoded"] == len(link.features) and link.duplicates == 0
+        for stamp, (_, frame_id) in link.features.items():  # features only for valid frames, header intact
+            assert good_ids[stamp] == frame_id
+        assert stamps[-1] in link.features and cases[-1].valid  # the newest frame is always served
+        assert "rejected image on /camera/image_raw" in node.log_text()
+        assert "Traceback" not in node.log_text()
+        assert node.stop() == 0
+    stats = json.loads((tmp_path / "stats.json").read_text())
+    assert {k: stats[k] for k in COUNTS} == {k: d[k] + base[k] for k in COUNTS}
+    print(f"\nfuzz: {sent} messages {dict(kinds)}; node counts {d}")
+
+
+# --- overload -----------------------------------------------------------------------------------
+def slow_model(src: Path, dst: Path, size: int = 512, rounds: int = 4) -> Path:
+    """The tiny encoder plus `rounds` float MatMuls of size³ that depend on the input (so no runtime can
+    fold them away) and add exactly zero to the output: the same embeddings, at the cost of a real model
+    (~10-20 ms here instead of ~2 ms). An overload test needs an encoder much slower than the transport,
+    as real ones are: at 2x the tiny model's rate, a Python DDS sender and reader are the bottleneck."""
+    model = onnx.load(str(src))
+    g = model.graph
+    out = g.output[0].name
+    g.initializer.extend(
+        [
+            onnx.numpy_helper.from_array(np.full((size, size), 1 / size, np.float32), "slow_base"),
+            onnx.numpy_helper.from_array(np.array(0.0, np.float32), "slow_zero"),
+        ]
+    )
+    nodes = [
+        helper.make_node("ReduceMean", [g.input[0].name], ["slow_mean"], keepdims=0),
+        helper.make_node("Mul", ["slow_base", "slow_mean"], ["slow_m0"]),
+    ]
+    for i in range(rounds):
+        nodes.append(helper.make_node("MatMul", [f"slow_m{i}", "slow_base"], [f"slow_m{i + 1}"]))
+    nodes += [
+        helper.make_node("ReduceSum", [f"slow_m{rounds}"], ["slow_sum"], keepdims=0),
+        helper.make_node("Mul", ["slow_sum", "slow_zero"], ["slow_nothing"]),
+        helper.make_node("Add", [out, "slow_nothing"], ["slowed"]),
+    ]
+    g.node.extend(nodes)
+    g.output[0].name = "slowed"
+    onnx.checker.check_model(model)
+    onnx.save(model, str(dst))
+    return dst
+
+
+def test_overload_keeps_memory_bounded_counts_drops_exactly_and_latency_flat(tiny_model, link, tmp_path):
+    rng = np.random.default_rng(0)
+    frames = [_frame(rng) for _ in range(16)]
+    model = slow_model(tiny_model, tmp_path / "slow.onnx")
+    with _node(tmp_path, model=model) as node:
+        link.wait_ready()
+        # 1. idle, one frame at a time: the node's compute time and the round trip without queueing
+        idle = []
+        for i in range(30):
+            stamp = link.send(frames[i % 16])
+            assert link.wait(lambda s=stamp: s in link.features, 30)
+            idle.append((link.features[stamp][0] - stamp) / 1e6)
+        base = link.quiet_counts(received=30)
+        idle_st = st = link.stages()
+        compute_idle = st["preprocess_ms_p50"] + st["encode_ms_p50"]
+        # 2. overload: a camera at 4x the rate the node encodes at when idle (>= 2x of what it serves
+        #    under the overload is checked below, as achieved)
+        fps = 4 * 1000 / compute_idle
+        camera = Camera(tmp_path, "paced", str(5.0 + OVERLOAD_SECONDS), f"{fps:.1f}")
+        try:
+            t0 = time.monotonic()
+            rss_base, rss = None, []
+            while camera.running():  # resident memory from /proc every 0.25 s, after a 5 s warm-up
+                if time.monotonic() - t0 >= 5.0:
+                    if rss_base is None:
+                        rss_base = _rss_mb(node.proc.pid)
+                        warm_ns = time.time_ns()
+                    else:
+                        rss.append(_rss_mb(node.proc.pid))
+                time.sleep(0.25)
+            overload_s = time.monotonic() - t0
+            stamps = camera.stamps()
+        finally:
+            camera.kill()
+        sent = dict.fromkeys(stamps)
+        st = link.stages()  # the node's own stage times over the overload (its 4096-frame window)
+        assert link.wait(lambda: link.settled(len(sent), base), 60), (len(sent), len(link.features), link.counts())
+        d = {k: v - base[k] for k, v in link.counts().items()}
+        assert node.alive()
+
+    # drops are exact: every frame sent was received and is either encoded (its features came) or dropped
+    assert d["received"] == len(sent) and d["lost"] == 0 and d["rejected"] == d["failed"] == 0
+    assert d["encoded"] + d["dropped"] == len(sent)
+    served = sorted((s, link.features[s][0]) for s in sent if s in link.features)
+    assert len(served) == d["encoded"]
+    # it was an overload: input at >= 2x the rate the node served frames at
+    input_rate, served_rate = len(sent) / overload_s, d["encoded"] / overload_s
+    assert input_rate >= 2 * served_rate, (input_rate, served_rate)
+    assert d["dropped"] >= d["encoded"]
+    # memory is bounded: what it gained after the warm-up stays under the bound
+    growth = max(rss) - rss_base
+    assert growth <= RSS_GROWTH_BOUND_MB, (rss_base, max(rss))
+    # latency of served frames does not grow (a queue would: 30 s at 2x adds ~15 s of backlog) ...
+    lat = [(recv - s) / 1e6 for s, recv in served if s >= warm_ns]
+    third = len(lat) // 3
+    first, last = float(np.median(lat[:third])), float(np.median(lat[-third:]))
+    assert last <= 2 * first, (first, last)
+    # ... and stays near one frame of waiting plus one of compute, plus the transport's own cost
+    compute = st["preprocess_ms_p50"] + st["encode_ms_p50"]
+    transport = max(0.0, float(np.median(idle)) - compute_idle)  # below 0 only by noise
+    p50 = float(np.median(lat))
+    assert p50 <= 2 * compute + 2 * transport, (p50, compute, transport, st, idle_st, idle)
+    assert st["queue_ms_p50"] <= compute, st  # a served frame waited at most for the frame being encoded
+    print(
+        f"\noverload: {overload_s:.1f} s, sent {len(sent)} ({input_rate:.0f}/s), encoded {d['encoded']} "
+        f"({served_rate:.0f}/s), dropped {d['dropped']}; RSS {rss_base:.1f} MB after warm-up, peak "
+        f"{max(rss):.1f} MB (+{growth:.1f}, bound +{RSS_GROWTH_BOUND_MB}); latency P50 {p50:.1f} ms (first third "
+        f"{first:.1f}, last {last:.1f}); compute P50 {compute:.1f} ms, idle round trip P50 {np.median(idle):.1f} ms"
+    )
+
+
+# --- faults: bad model files --------------------------------------------------------------------
+def _foreign(path: Path) -> Path:
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["ids", "ids"], ["y"])],
+        "text_like",
+        [helper.make_tensor_value_info("ids", TensorProto.FLOAT, ["N", 77])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 77])],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("kind", "message"),
+    [
+        ("missing", "model file not found: {path}"),
+        ("truncated", "cannot load {path}: "),
+        ("foreign", "{path} is not an image encoder: input "),
+    ],
+)
+def test_a_bad_model_file_stops_the_node_at_start_with_one_error_line_and_exit_2(
+    kind, message, tiny_model, tmp_path, dds_domain
+):
+    path = tmp_path / f"{kind}.onnx"
+    if kind == "truncated":
+        path.write_bytes(tiny_model.read_bytes()[: tiny_model.stat().st_size // 3])
+    elif kind == "foreign":
+        _foreign(path)
+    res = subprocess.run(
+        [sys.executable, "-m", "openclaw_vision.cli", "encoder", "--model-path", str(path), "--transport",
+         "cyclonedds"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    out = res.stdout + res.stderr
+    errors = [line for line in out.splitlines() if "ERROR" in line]
+    assert res.returncode == 2, out
+    assert len(errors) == 1 and message.format(path=path) in errors[0], out
+    assert "Traceback" not in out and "ready:" not in out
+
+
+# --- faults: the encoder fails on one frame -------------------------------------------------------
+def poison_model(src: Path, dst: Path, threshold: float = 1.5) -> Path:
+    """The tiny encoder with one more step that fails at run time when the mean normalised pixel is above
+    `threshold` (a white frame: ~2.05; camera frames: ~0): it reshapes the (1, D) output to (-1, D + 1),
+    which has no solution. The same model, the real process, the node's real error path."""
+    model = onnx.load(str(src))
+    g = model.graph
+    out = g.output[0].name
+    dim = int(next(p.value for p in model.metadata_props if p.key == "embed_dim"))
+    g.initializer.extend(
+        [
+            onnx.numpy_helper.from_array(np.array(threshold, np.float32), "poison_threshold"),
+            onnx.numpy_helper.from_array(np.array([-1, dim], np.int64), "poison_shape"),
+            onnx.numpy_helper.from_array(np.array([0, 1], np.int64), "poison_step"),
+        ]
+    )
+    g.node.extend(
+        [
+            helper.make_node("ReduceMean", [g.input[0].name], ["poison_mean"], keepdims=0),
+            helper.make_node("Greater", ["poison_mean", "poison_threshold"], ["poison_hit"]),
+            helper.make_node("Cast", ["poison_hit"], ["poison_k"], to=TensorProto.INT64),
+            helper.make_node("Mul", ["poison_step", "poison_k"], ["poison_delta"]),
+            helper.make_node("Add", ["poison_shape", "poison_delta"], ["poison_target"]),
+            helper.make_node("Reshape", [out, "poison_target"], ["poisoned"]),
+        ]
+    )
+    g.output[0].name = "poisoned"
+    onnx.checker.check_model(model)
+    onnx.save(model, str(dst))
+    return dst
+
+
+def test_a_frame_the_encoder_fails_on_is_logged_and_counted_and_the_next_one_is_served(tiny_model, link, tmp_path):
+    # ONNX Runtime: it raises on the impossible Reshape. OpenVINO (2026.4) does not: it returned a (1, 32)
+    # output, or (0, 0) on a fresh request (which the encoders now refuse), so it cannot poison one frame.
+    backend = "onnxruntime"
+    model = poison_model(tiny_model, tmp_path / "poison.onnx")
+    rng = np.random.default_rng(1)
+    with _node(tmp_path, "--backend", backend, model=model) as node:
+        link.wait_ready()
+        base = link.quiet_counts()
+        before = link.send(_frame(rng))
+        assert link.wait(lambda: before in link.features, 30)
+        white = link.send(_frame(rng, value=255))
+        assert link.wait(lambda: link.counts()["failed"] - base["failed"] == 1, 30), link.counts()
+        after = link.send(_frame(rng))
+        assert link.wait(lambda: after in link.features, 30), node.log_text()[-2000:]
+        assert link.wait(lambda: link.settled(3, base), 10)
+        d = {k: v - base[k] for k, v in link.counts().items()}
+        assert d == {"received": 3, "encoded": 2, "dropped": 0, "rejected": 0, "failed": 1, "lost": 0}
+        assert white not in link.features and node.alive()
+        assert "encoding a frame failed" in node.log_text()
+        assert f"backend {backend}/fp32" in node.log_text()
+
+
+# --- faults: signals ----------------------------------------------------------------------------
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_stops_the_node_within_2_s_with_its_final_counts_logged(sig, tiny_model, link, tmp_path):
+    node = _node(tmp_path, model=tiny_model)
+    camera = None
+    try:
+        link.wait_ready()
+        camera = Camera(tmp_path, "paced", "60", "500")  # the node is busy when the signal comes
+        assert link.wait(lambda: link.counts().get("encoded", 0) >= 20, 30)
+        t0 = time.monotonic()
+        node.proc.send_signal(sig)
+        rc = node.proc.wait(timeout=30)
+        took = time.monotonic() - t0
+    finally:
+        if camera is not None:
+            camera.kill()
+        node.stop()
+    assert rc == 0, node.log_text()[-2000:]
+    assert took <= STOP_DEADLINE_S, f"{signal.Signals(sig).name}: stopped after {took:.2f} s"
+    final = _stopped_counts(node.log_text())
+    assert final["received"] == final["encoded"] + final["dropped"] + final["rejected"] + final["failed"] > 0
+    stats = json.loads((tmp_path / "stats.json").read_text())
+    assert {k: stats[k] for k in final} == final
+    print(f"\n{signal.Signals(sig).name}: exited {took:.2f} s after the signal, final counts {final}")
+
+
+# --- faults: publishers come and go ---------------------------------------------------------------
+_PUBLISHER = """
+import sys, time
+import numpy as np
+from openclaw_vision.ros.cyclone import CycloneTransport
+from openclaw_vision.ros.transport import IMAGE, QoS
+t = CycloneTransport("doomed_publisher")
+Image, Header = t.msg(IMAGE), t.msg("std_msgs/msg/Header")
+pub = t.publisher("/camera/image_raw", IMAGE, QoS("reliable", 10, "keep_all"))
+data = np.random.default_rng(0).integers(0, 256, 48 * 64 * 3, np.uint8).tobytes()
+print("publishing", flush=True)
+while True:
+    pub.publish(Image(header=Header(frame_id="doomed"), height=48, width=64, encoding="rgb8", is_bigendian=0,
+                      step=192, data=data))
+    time.sleep(0.002)
+"""
+
+
+def _lockstep(link: Link, n: int, rng) -> None:
+    for _ in range(n):
+        stamp = link.send(_frame(rng))
+        assert link.wait(lambda s=stamp: s in link.features, 30), "no features: traffic did not resume"
+
+
+def test_publishers_that_leave_cleanly_or_die_do_not_stop_the_node_and_traffic_resumes(
+    tiny_model, dds_domain, tmp_path
+):
+    rng = np.random.default_rng(3)
+    with _node(tmp_path, model=tiny_model) as node:
+        first = Link(_transport("publisher_a"))
+        first.wait_ready()
+        _lockstep(first, 5, rng)
+        first.close()  # a clean leave: the writer is deleted, the node sees its samples end
+
+        doomed = subprocess.Popen([sys.executable, "-c", _PUBLISHER], stdout=subprocess.PIPE, text=True)
+        try:
+            assert doomed.stdout.readline().strip() == "publishing"
+            time.sleep(2.0)  # mid-stream ...
+        finally:
+            doomed.send_signal(signal.SIGKILL)  # ... killed: no goodbye on DDS, only a lease that runs out
+            doomed.wait()
+
+        second = Link(_transport("publisher_b"))
+        try:
+            second.wait_ready()
+            base = second.quiet_counts()
+            _lockstep(second, 5, rng)
+            assert second.wait(lambda: second.settled(5, base), 10)
+            d = {k: v - base[k] for k, v in second.counts().items()}
+            assert d["received"] >= 5 and d["encoded"] >= 5 and d["failed"] == d["rejected"] == 0
+        finally:
+            second.close()
+        assert node.alive()
+        assert node.stop() == 0
+    stats = json.loads((tmp_path / "stats.json").read_text())
+    assert stats["received"] == stats["encoded"] + stats["dropped"] + stats["rejected"] + stats["failed"]
+    assert "Traceback" not in node.log_text()
