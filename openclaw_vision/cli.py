@@ -1,4 +1,4 @@
-"""`openclaw-vision`: one command for the tools (export, bag, encoder, replay, demo)."""
+"""`openclaw-vision`: one command for the tools (export, bag, encoder, replay, demo, text, label)."""
 
 from __future__ import annotations
 
@@ -16,17 +16,42 @@ log = logging.getLogger("openclaw_vision")
 
 def cmd_export(args: argparse.Namespace) -> int:
     from .models.export import ExportCheckError, export_model
+    from .text.build import default_text_model_path
 
-    out = args.out or default_model_path(args.model, "fp32")
+    out = args.out or (default_text_model_path(args.model) if args.tower == "text" else default_model_path(args.model, "fp32"))
     if out.exists() and not args.force:
         print(f"{out} exists (use --force to rebuild)")
         return 0
     try:
-        res = export_model(args.model, out, args.checkpoint, args.seed)
+        res = export_model(args.model, out, args.checkpoint, args.seed, tower=args.tower)
     except (ExportCheckError, ValueError, KeyError) as err:
         print(f"export failed: {err}", file=sys.stderr)
         return 1
-    print(f"wrote {res.path} ({res.model_id}, {res.embed_dim}-d, ORT vs torch min cosine {res.min_cosine:.6f})")
+    print(f"wrote {res.path} ({args.tower} tower {res.model_id}, {res.embed_dim}-d, ORT vs torch min cosine {res.min_cosine:.6f})")
+    return 0
+
+
+def cmd_text(args: argparse.Namespace) -> int:
+    from .text.tools import run_text
+
+    return run_text(args)
+
+
+def cmd_label(args: argparse.Namespace) -> int:
+    from .text.tools import run_label
+
+    return run_label(args)
+
+
+def cmd_tokenizer_fetch(args: argparse.Namespace) -> int:
+    from .text.merges import TokenizerError, fetch
+
+    try:
+        path = fetch(args.wheel, args.out)
+    except TokenizerError as err:
+        print(f"tokenizer fetch: {err}", file=sys.stderr)
+        return 1
+    print(f"wrote {path} (CLIP's BPE merges, checked)")
     return 0
 
 
@@ -211,9 +236,33 @@ def build_parser() -> argparse.ArgumentParser:
         "default: deterministic random init",
     )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, default=None, help="default: ~/.cache/openclaw_vision/models/<model>.fp32.onnx")
+    p.add_argument("--tower", choices=("image", "text"), default="image", help="which CLIP tower (same model id)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="default: ~/.cache/openclaw_vision/models/<model>.fp32.onnx (text: <model>.text.fp32.onnx)",
+    )
     p.add_argument("--force", action="store_true")
     p.set_defaults(fn=cmd_export)
+
+    from .text.tools import add_label_arguments, add_text_model_arguments
+
+    p = sub.add_parser("text", help="unit-length CLIP text embeddings of strings, one JSON line each")
+    p.add_argument("texts", nargs="+")
+    p.add_argument("--ids", action="store_true", help="also print the token ids")
+    add_text_model_arguments(p)
+    p.set_defaults(fn=cmd_text)
+
+    p = sub.add_parser("label", help="zero-shot label scores for every frame of a bag, one JSON line each")
+    add_label_arguments(p)
+    p.set_defaults(fn=cmd_label)
+
+    tok = sub.add_parser("tokenizer", help="CLIP's tokenizer files").add_subparsers(dest="tokcmd", required=True)
+    p = tok.add_parser("fetch", help="take CLIP's BPE merges file from the open_clip_torch wheel (pip, --no-deps)")
+    p.add_argument("--wheel", type=Path, default=None, help="an open_clip_torch wheel already here (no download)")
+    p.add_argument("--out", type=Path, default=None, help="default: <data home>/tokenizer/bpe_simple_vocab_16e6.txt.gz")
+    p.set_defaults(fn=cmd_tokenizer_fetch)
 
     p = sub.add_parser("quantize", help="INT8 Q/DQ model from calibration frames, gated on held-out frames")
     p.add_argument("--model", default="ViT-B-32", help="model name; its FP32 export is built if missing")
@@ -269,6 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("encoder", help="run the encoder node (flags: see `openclaw-vision encoder --help`)", add_help=False)
     sub.add_parser("vlm", help="run the VLM node (flags: see `openclaw-vision vlm --help`)", add_help=False)
+    sub.add_parser("zero-shot", help="run the labels node (flags: see `openclaw-vision zero-shot --help`)", add_help=False)
 
     p = sub.add_parser("ask", help="encoder + VLM in one process: answer a question about one frame of a bag")
     p.add_argument("question")
@@ -318,6 +368,10 @@ def main(argv: list[str] | None = None) -> int:
         from .ros.vlm_node import main as vlm_main
 
         return vlm_main(argv[1:])
+    if argv[:1] == ["zero-shot"]:
+        from .ros.zero_shot_node import main as zero_shot_main
+
+        return zero_shot_main(argv[1:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level, format="[%(asctime)s] [%(name)s] %(levelname)s: %(message)s")
     return args.fn(args)

@@ -136,6 +136,44 @@ class VlmConfig(NodeConfig):
         return self
 
 
+@dataclass(frozen=True)
+class ZeroShotConfig(NodeConfig):
+    """The labels node. `labels`, `labels_file` and `template` may change while it runs."""
+
+    features_topic: str = "/visual_features"
+    labels_topic: str = "/visual_labels"
+    set_labels_topic: str = "/zero_shot_node/set_labels"  # std_msgs/String: a new label set (both transports)
+    labels: str = "door,forklift,person"  # comma-separated
+    labels_file: str = ""  # one label per line; when set, it is the label set (`labels` is not used)
+    template: str = "a photo of a {}."  # prompt per label; "{}" alone uses the labels as they are
+    model: str = "ViT-B-32"
+    text_model_path: str = ""  # empty: ~/.cache/openclaw_vision/models/<model>.text.fp32.onnx
+    bpe_path: str = ""  # CLIP's merges file; empty: the data home's, or an installed open_clip's
+    threads: int = 1  # the text tower runs once per label set; keep the cores for the encoder
+    diagnostics_period: float = 1.0
+    transport: str = "auto"
+
+    def validate(self) -> ZeroShotConfig:
+        for key in ("features_topic", "labels_topic"):
+            if not getattr(self, key) or " " in getattr(self, key):
+                raise self._bad(key, "must be a non-empty ROS topic name")
+        if " " in self.set_labels_topic:
+            raise self._bad("set_labels_topic", "must be a ROS topic name or empty")
+        if self.model not in MODEL_CONFIGS and not self.text_model_path:
+            raise self._bad("model", f"unknown; known: {', '.join(MODEL_CONFIGS)} (or set text_model_path)")
+        if not self.labels.strip() and not self.labels_file:
+            raise self._bad("labels", "give at least one label (or labels_file)")
+        if self.template.count("{}") != 1:
+            raise self._bad("template", "must contain '{}' exactly once (where the label goes)")
+        if self.threads < 0:
+            raise self._bad("threads", "must be >= 0")
+        if self.diagnostics_period <= 0:
+            raise self._bad("diagnostics_period", "must be > 0 seconds")
+        if self.transport not in TRANSPORTS:
+            raise self._bad("transport", f"choose one of {', '.join(TRANSPORTS)}")
+        return self
+
+
 def read_params_file(path: Path, node: str) -> dict[str, Any]:
     """The `ros__parameters` of `node` (or of '/**') in a ROS 2 parameters YAML file."""
     doc = yaml.safe_load(Path(path).read_text()) or {}
@@ -169,6 +207,7 @@ __all__ = [
     "ConfigError",
     "EncoderConfig",
     "VlmConfig",
+    "ZeroShotConfig",
     "add_arguments",
     "from_sources",
     "read_params_file",

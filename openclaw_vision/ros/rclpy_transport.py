@@ -99,6 +99,31 @@ class RclpyTransport:
         """Declare each config key as a ROS parameter and return the values in force."""
         return {key: self.node.declare_parameter(key, value).value for key, value in defaults.items()}
 
+    def on_parameters_set(self, callback) -> None:
+        """`callback({name: value})` runs before parameters change; it returns None to accept or the reason to refuse.
+
+        rclpy (humble, rclpy/node.py): `add_on_set_parameters_callback` callbacks get the list of
+        `Parameter`s before they are set and return `rcl_interfaces.msg.SetParametersResult`;
+        `successful=False` refuses the whole set and `reason` goes back to the caller (`ros2 param set`).
+        """
+        from rcl_interfaces.msg import SetParametersResult
+
+        def on_set(params) -> SetParametersResult:
+            reason = callback({p.name: p.value for p in params})
+            return SetParametersResult(successful=reason is None, reason=reason or "")
+
+        self.node.add_on_set_parameters_callback(on_set)
+
+    def set_parameters(self, values: dict) -> str | None:
+        """Set declared parameters together, the callbacks run once for all; None, or why they were refused.
+
+        rclpy (humble, rclpy/node.py): `Node.set_parameters_atomically(list[Parameter])` calls the
+        on-set callbacks once with the whole list and returns one SetParametersResult."""
+        from rclpy.parameter import Parameter
+
+        result = self.node.set_parameters_atomically([Parameter(k, value=v) for k, v in values.items()])
+        return None if result.successful else result.reason
+
     def close(self) -> None:
         import rclpy
 
