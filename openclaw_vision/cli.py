@@ -18,7 +18,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     from .models.export import ExportCheckError, export_model
     from .text.build import default_text_model_path
 
-    out = args.out or (default_text_model_path(args.model) if args.tower == "text" else default_model_path(args.model, "fp32"))
+    out = args.out or (
+        default_text_model_path(args.model) if args.tower == "text" else default_model_path(args.model, "fp32")
+    )
     if out.exists() and not args.force:
         print(f"{out} exists (use --force to rebuild)")
         return 0
@@ -27,7 +29,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     except (ExportCheckError, ValueError, KeyError) as err:
         print(f"export failed: {err}", file=sys.stderr)
         return 1
-    print(f"wrote {res.path} ({args.tower} tower {res.model_id}, {res.embed_dim}-d, ORT vs torch min cosine {res.min_cosine:.6f})")
+    print(
+        f"wrote {res.path} ({args.tower} tower {res.model_id}, {res.embed_dim}-d, "
+        f"ORT vs torch min cosine {res.min_cosine:.6f})"
+    )
     return 0
 
 
@@ -66,6 +71,10 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     try:
         model = canonical_name(args.model) if not args.model_path else args.model
         fp32 = ensure_fp32(model, args.model_path, args.checkpoint)
+        if not args.model_path and not args.no_text and not args.text_model:
+            from .text.build import ensure_text_fp32
+
+            ensure_text_fp32(model, None, args.checkpoint)  # the gate's text term (built once, like the FP32 export)
         opts = QuantOptions(
             fp32_model=fp32,
             calib=args.calib,
@@ -76,22 +85,26 @@ def cmd_quantize(args: argparse.Namespace) -> int:
             method=args.method,
             percentile=args.percentile,
             scheme=args.scheme,
-            gate=GateSpec(args.min_mean_cosine, args.min_cosine, args.min_nn_agreement),
+            gate=GateSpec(args.min_mean_cosine, args.min_cosine, args.min_nn_agreement, args.min_zero_shot_agreement),
             max_float=args.max_float_layers,
             holdout_every=args.holdout_every,
             threads=args.threads,
             sensitivity=not args.no_sensitivity,
             measure_memory=not args.no_memory,
+            text_model=args.text_model,
+            text=not args.no_text,
         )
         result = quantize(opts)
     except (CalibrationDataError, KeyError, ValueError, FileNotFoundError) as err:
         print(f"quantize: {err}", file=sys.stderr)
         return 2
     written = write(result, args.report)
+    zs = result["zero_shot"]["top1_agreement"]
     numbers = (
         f"mean cosine {result['mean_cosine']:.6f} (>= {opts.gate.mean_cosine}), min cosine {result['min_cosine']:.6f}"
         f" (>= {opts.gate.min_cosine}), NN agreement {result['nn_agreement']:.2%} (>= {opts.gate.nn_agreement:.0%}),"
-        f" {len(result['kept_float'])}/{result['layers']} layers kept float"
+        + (f" zero-shot agreement {zs:.2%} (>= {opts.gate.zero_shot_top1:.0%})," if zs is not None else "")
+        + f" {len(result['kept_float'])}/{result['layers']} layers kept float"
     )
     report = ", ".join(str(p) for p in written)
     if not result["passed"]:
@@ -222,6 +235,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .quant.evaluate import GateSpec
+
     parser = argparse.ArgumentParser(prog="openclaw-vision", description=__doc__)
     parser.add_argument("--log-level", default="INFO")
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -292,6 +307,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-mean-cosine", type=float, default=0.999)
     p.add_argument("--min-cosine", type=float, default=0.995)
     p.add_argument("--min-nn-agreement", type=float, default=0.99)
+    p.add_argument(
+        "--min-zero-shot-agreement",
+        type=float,
+        default=GateSpec.zero_shot_top1,
+        help="zero-shot top-1 agreement INT8 vs FP32 on the gate's label set (when a text tower is at hand)",
+    )
+    p.add_argument(
+        "--text-model", type=Path, default=None, help="FP32 text export of the same weights (default: the data home's)"
+    )
+    p.add_argument("--no-text", action="store_true", help="no zero-shot (text) term in the gate")
     p.add_argument("--max-float-layers", type=int, default=-1, help="most layers kept float (-1: a quarter)")
     p.add_argument("--holdout-every", type=int, default=4, help="every k-th frame is held out for the gate")
     p.add_argument("--threads", type=int, default=0)
@@ -318,7 +343,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("encoder", help="run the encoder node (flags: see `openclaw-vision encoder --help`)", add_help=False)
     sub.add_parser("vlm", help="run the VLM node (flags: see `openclaw-vision vlm --help`)", add_help=False)
-    sub.add_parser("zero-shot", help="run the labels node (flags: see `openclaw-vision zero-shot --help`)", add_help=False)
+    sub.add_parser(
+        "zero-shot", help="run the labels node (flags: see `openclaw-vision zero-shot --help`)", add_help=False
+    )
 
     p = sub.add_parser("ask", help="encoder + VLM in one process: answer a question about one frame of a bag")
     p.add_argument("question")

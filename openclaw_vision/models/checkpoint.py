@@ -204,7 +204,9 @@ def text_config_from_hf(config_json: Path) -> TextConfig:
         ln_eps=float(txt.get("layer_norm_eps", 1e-5)),
     )
     if int(txt.get("intermediate_size", cfg.mlp_dim)) != cfg.mlp_dim:
-        raise CheckpointError(f"{config_json}: text intermediate_size {txt['intermediate_size']} is not 4 × hidden_size")
+        raise CheckpointError(
+            f"{config_json}: text intermediate_size {txt['intermediate_size']} is not 4 × hidden_size"
+        )
     return cfg
 
 
@@ -256,7 +258,9 @@ def load_text_into(model: TextTransformer, state: dict[str, torch.Tensor]) -> No
     """
     layout = detect_text_layout(state)
     try:
-        mapped = _text_from_open_clip(state) if layout == "open_clip" else _text_from_huggingface(state, model.cfg.layers)
+        mapped = (
+            _text_from_open_clip(state) if layout == "open_clip" else _text_from_huggingface(state, model.cfg.layers)
+        )
     except KeyError as err:
         raise CheckpointError(f"{layout} checkpoint is missing text tensor {err.args[0]!r}") from None
     expected = model.state_dict()

@@ -21,6 +21,7 @@ in file order, then `<start_of_text>` and `<end_of_text>`. The merges file comes
 from __future__ import annotations
 
 import html
+import itertools
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -98,7 +99,7 @@ class ClipTokenizer:
     def _merge(self, symbols: list[str]) -> list[str]:
         """Apply the ranked merges to one pre-token's symbols until no adjacent pair has a rank."""
         while len(symbols) > 1:
-            pair = min(zip(symbols, symbols[1:]), key=lambda p: self.ranks.get(p, N_MERGES))
+            pair = min(itertools.pairwise(symbols), key=lambda p: self.ranks.get(p, N_MERGES))
             if pair not in self.ranks:
                 break
             first, second = pair
@@ -138,6 +139,6 @@ class ClipTokenizer:
             texts = [texts]
         out = np.zeros((len(texts), self.context_length), np.int64)
         for row, text in zip(out, texts, strict=True):
-            ids = [self.sot_id, *self.encode(text)][: self.context_length - 1] + [self.eot_id]
+            ids = [*[self.sot_id, *self.encode(text)][: self.context_length - 1], self.eot_id]
             row[: len(ids)] = ids
         return out

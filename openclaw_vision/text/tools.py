@@ -20,12 +20,17 @@ import numpy as np
 from ..encoders.base import EncoderError
 from ..preprocess.encodings import FrameError
 from .merges import TokenizerError
-from .zero_shot import DEFAULT_TEMPLATE, LabelError, LabelSet, ModelMismatch, check_same_model, parse_labels
-from .zero_shot import read_labels_file
-
-RANDOM_NOTE = (
-    "note: {model} has random weights (no download): the scores are noise; the pipeline and timings are real"
+from .zero_shot import (
+    DEFAULT_TEMPLATE,
+    LabelError,
+    LabelSet,
+    ModelMismatch,
+    check_same_model,
+    parse_labels,
+    read_labels_file,
 )
+
+RANDOM_NOTE = "note: {model} has random weights (no download): {what}; the pipeline is real"
 
 
 class ToolError(RuntimeError):
@@ -165,7 +170,7 @@ def run_text(args: argparse.Namespace) -> int:
     for row in rows:
         print(json.dumps(row))
     if rows and "random" in rows[0]["model_id"]:
-        print(RANDOM_NOTE.format(model=rows[0]["model_id"]).replace("scores", "embeddings"), file=sys.stderr)
+        print(RANDOM_NOTE.format(model=rows[0]["model_id"], what="the embeddings are noise"), file=sys.stderr)
     return 0
 
 
@@ -185,7 +190,7 @@ def run_label(args: argparse.Namespace) -> int:
                     args.json.parent.mkdir(parents=True, exist_ok=True)
                     args.json.write_text(json.dumps(s, indent=2))
                 if "random" in s["model"]:
-                    print(RANDOM_NOTE.format(model=s["model"]), file=sys.stderr)
+                    print(RANDOM_NOTE.format(model=s["model"], what="the labels are noise"), file=sys.stderr)
             else:
                 print(json.dumps(row), flush=True)
     except ToolError as err:
