@@ -49,7 +49,7 @@ class TextTransformer(nn.Module):
         self.transformer = Transformer(cfg)
         self.ln_final = nn.LayerNorm(w, eps=cfg.ln_eps)
         self.text_projection = nn.Parameter(torch.empty(w, cfg.embed_dim))
-        self.logit_scale = nn.Parameter(torch.tensor(INIT_LOGIT_SCALE))
+        self.register_buffer("logit_scale", torch.tensor(INIT_LOGIT_SCALE))  # not in the graph: metadata
         self.register_buffer("attn_mask", causal_mask(cfg.context_length), persistent=False)
 
     def init_random(self, seed: int) -> TextTransformer:

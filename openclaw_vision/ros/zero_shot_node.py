@@ -228,8 +228,6 @@ def _build(cfg: cfgmod.ZeroShotConfig, transport: Transport) -> ZeroShotNode:
         text = TextEncoder(path, cfg.threads, cfg.bpe_path or None)
         return ZeroShotNode(cfg, transport, text)
     except (EncoderError, TokenizerError, LabelError) as err:
-        if isinstance(err, EncoderError) and not path.exists():
-            err = EncoderError(f"{err}: `openclaw-vision export --model {cfg.model} --tower text [--checkpoint …]`")
         raise ZeroShotLoadError(f"cannot start the labels node: {err}") from err
 
 

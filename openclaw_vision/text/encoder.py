@@ -30,7 +30,10 @@ class TextEncoder:
 
         path = Path(model_path)
         if not path.is_file():
-            raise EncoderError(f"text model not found: {path} (build it with `openclaw-vision export --tower text`)")
+            raise EncoderError(
+                f"text model not found: {path} (build it with `openclaw-vision export --model <the image model's "
+                "name> --tower text [--checkpoint <its weights>]`)"
+            )
         try:
             self.session = ort.InferenceSession(str(path), session_options(threads), providers=["CPUExecutionProvider"])
         except Exception as err:  # onnxruntime raises its own exception types; name the file
