@@ -123,12 +123,12 @@ def test_labels_node_scores_features_with_their_header_and_takes_new_labels_at_r
     }  # fmt: skip
     log = node.log_text()
     assert "'ViT-B-32@0123456789ab' but the text model is 'tiny@random-seed0'" in log and "not comparable" in log
-    assert "label set from /zero_shot_node/set_labels refused" in log and "label set is empty" in log
+    assert "label set refused, keeping 2 labels" in log and "label set is empty" in log
 
 
 def test_label_parameters_change_the_set_and_the_others_are_read_at_start(dds_domain, tiny_text_model):
-    """The callback rclpy's add_on_set_parameters_callback runs (here called directly: no ROS 2 here)."""
-    from openclaw_vision.config import ZeroShotConfig
+    """`reconfigure`: what rclpy's on-set-parameters callback calls (here directly: no ROS 2 here)."""
+    from openclaw_vision.config import ConfigError, ZeroShotConfig
     from openclaw_vision.ros.cyclone import CycloneTransport
     from openclaw_vision.ros.zero_shot_node import ZeroShotNode
 
@@ -136,16 +136,22 @@ def test_label_parameters_change_the_set_and_the_others_are_read_at_start(dds_do
     try:
         node = ZeroShotNode(ZeroShotConfig(transport="cyclonedds"), t, TextEncoder(tiny_text_model))
         assert node.label_set.labels == ("door", "forklift", "person")
-        assert node.on_parameters({"labels": "door,window"}) is None
-        assert node.label_set.labels == ("door", "window")
+        assert node.reconfigure({"labels": "door,window"}).labels == "door,window"
+        assert node.label_set.labels == ("door", "window") and node.cfg.labels == "door,window"
         before = node.label_set
-        assert node.on_parameters({"template": "{}"}) is None
+        node.reconfigure({"template": "{}"})
         assert node.label_set.template == "{}" and not np.allclose(node.label_set.embeddings, before.embeddings)
-        assert "restart the node" in node.on_parameters({"model": "ViT-L-14", "labels": "cat"})
+        with pytest.raises(ConfigError, match="model read-only"):
+            node.reconfigure({"model": "ViT-L-14", "labels": "cat"})
         assert node.label_set.labels == ("door", "window")  # refused as a whole
-        assert "duplicated" in node.on_parameters({"labels": "cat,cat"})
-        assert node.on_parameters({"use_sim_time": True}) is None  # not ours: passes
-        assert node.counters.snapshot()["label_sets"] == 2 and node.counters.snapshot()["label_sets_refused"] == 1
+        with pytest.raises(ConfigError, match="duplicated"):
+            node.reconfigure({"labels": "cat,cat"})
+        with pytest.raises(ConfigError, match="template"):
+            node.reconfigure({"template": "no placeholder"})
+        node.reconfigure({"use_sim_time": True})  # not ours: ignored
+        node.reconfigure({"labels": "door,window"})  # the current value again: nothing to do
+        snap = node.counters.snapshot()
+        assert (snap["label_sets"], snap["label_sets_refused"]) == (2, 2)
     finally:
         t.close()
 
@@ -155,6 +161,7 @@ def test_rclpy_transport_adapts_parameter_callbacks(monkeypatch):
     import sys
     import types
 
+    from openclaw_vision.config import ConfigError
     from openclaw_vision.ros.rclpy_transport import RclpyTransport
 
     class Result:
@@ -191,7 +198,13 @@ def test_rclpy_transport_adapts_parameter_callbacks(monkeypatch):
     transport = RclpyTransport.__new__(RclpyTransport)
     transport.node = FakeNode()
     seen = []
-    transport.on_parameters_set(lambda values: seen.append(values) or ("no" if values.get("labels") == "x" else None))
+
+    def apply(values):
+        seen.append(values)
+        if values.get("labels") == "x":
+            raise ConfigError("no")
+
+    transport.on_parameters_set(apply)
     assert transport.set_parameters({"labels": "door", "labels_file": ""}) is None
     assert seen == [{"labels": "door", "labels_file": ""}]  # one call for the whole set
     assert transport.set_parameters({"labels": "x"}) == "no"

@@ -99,18 +99,25 @@ class RclpyTransport:
         """Declare each config key as a ROS parameter and return the values in force."""
         return {key: self.node.declare_parameter(key, value).value for key, value in defaults.items()}
 
-    def on_parameters_set(self, callback) -> None:
-        """`callback({name: value})` runs before parameters change; it returns None to accept or the reason to refuse.
+    def on_parameters_set(self, apply) -> None:
+        """Call `apply({name: value})` before parameters change (`ros2 param set`); a ConfigError it raises
+        refuses the change, with its message as the reason.
 
         rclpy (humble, rclpy/node.py): `add_on_set_parameters_callback` callbacks get the list of
         `Parameter`s before they are set and return `rcl_interfaces.msg.SetParametersResult`;
-        `successful=False` refuses the whole set and `reason` goes back to the caller (`ros2 param set`).
+        `successful=False` refuses the whole set and `reason` goes back to the caller. The
+        docstring there asks not to refuse names one does not know: `apply` ignores them.
         """
         from rcl_interfaces.msg import SetParametersResult
 
+        from ..config import ConfigError
+
         def on_set(params) -> SetParametersResult:
-            reason = callback({p.name: p.value for p in params})
-            return SetParametersResult(successful=reason is None, reason=reason or "")
+            try:
+                apply({p.name: p.value for p in params})
+            except ConfigError as err:
+                return SetParametersResult(successful=False, reason=str(err))
+            return SetParametersResult(successful=True)
 
         self.node.add_on_set_parameters_callback(on_set)
 

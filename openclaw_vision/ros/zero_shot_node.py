@@ -19,6 +19,7 @@ set stays.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import threading
@@ -63,8 +64,8 @@ class ZeroShotNode:
         self._subs = [transport.subscribe(cfg.features_topic, VISUAL_FEATURES, DEFAULT, self._on_features)]
         if cfg.set_labels_topic:
             self._subs.append(transport.subscribe(cfg.set_labels_topic, STRING, DEFAULT, self._on_set_labels))
-        if hasattr(transport, "on_parameters_set"):
-            transport.on_parameters_set(self.on_parameters)
+        if hasattr(transport, "on_parameters_set"):  # rclpy: `ros2 param set` (a second registration is harmless)
+            transport.on_parameters_set(self.reconfigure)
         self._thread = threading.Thread(target=self._report, name="diagnostics", daemon=True)
 
     # label sets ---------------------------------------------------------------------------
@@ -75,42 +76,46 @@ class ZeroShotNode:
         labels = read_labels_file(file) if file else parse_labels(str(params["labels"]))
         return LabelSet.build(self.text, labels, str(params["template"]))
 
-    def apply(self, values: dict[str, Any], source: str) -> str | None:
-        """Switch to the label set these parameter values give; None when done, else why it was refused."""
+    def reconfigure(self, changes: dict[str, Any]) -> cfgmod.ZeroShotConfig:
+        """Apply run-time parameter changes: a new label set, embedded now, used from the next frame.
+
+        The runner's protocol (rclpy's on-set-parameters callback, `ros2 param set`): a
+        ConfigError refuses the change with its reason and changes nothing. Only the label keys
+        change at run time; this node's other keys are read at start. Keys that are not this
+        node's (use_sim_time) are ignored. Values equal to the current ones change nothing (so
+        the same change seen twice is not embedded twice)."""
         from ..text.zero_shot import LabelError
 
-        with self._change:
-            params = {**self._params, **{k: v for k, v in values.items() if k in LIVE}}
-            try:
-                new = self._label_set(params)
-            except (LabelError, ValueError) as err:
-                self.counters.inc("label_sets_refused")
-                log.warning("label set from %s refused, keeping %d labels: %s", source, len(self._current.labels), err)
-                return str(err)
-            self._params, self._current = params, new
-        self.counters.inc("label_sets")
-        log.info("label set from %s: %s (template %r)", source, ", ".join(new.labels), new.template)
-        return None
-
-    def on_parameters(self, values: dict[str, Any]) -> str | None:
-        """ROS parameter changes (rclpy's on-set-parameters callback): None accepts, a string refuses.
-
-        Label parameters take effect at once; other keys of this node are read at start and are
-        refused with that reason. Parameters the node does not own pass (rclpy's guidance)."""
         own = set(cfgmod.ZeroShotConfig().as_dict())
-        fixed = sorted(k for k in values if k in own and k not in LIVE)
+        fixed = sorted(k for k in changes if k in own and k not in LIVE)
         if fixed:
-            return f"{', '.join(fixed)}: read at start; restart the node to change it"
-        live = {k: v for k, v in values.items() if k in LIVE}
-        return self.apply(live, "parameters") if live else None
+            raise cfgmod.ConfigError(f"parameter(s) {', '.join(fixed)} read-only (used at start): restart the node")
+        with self._change:
+            live = {k: v for k, v in changes.items() if k in LIVE}
+            if all(self._params[k] == v for k, v in live.items()):
+                return self.cfg
+            params = {**self._params, **live}
+            try:
+                cfg = cfgmod.replace(self.cfg, **params).validate()
+                new = self._label_set(params)
+            except (cfgmod.ConfigError, LabelError, ValueError) as err:
+                self.counters.inc("label_sets_refused")
+                log.warning("label set refused, keeping %d labels: %s", len(self._current.labels), err)
+                raise cfgmod.ConfigError(str(err)) from None
+            self.cfg, self._params, self._current = cfg, params, new
+        self.counters.inc("label_sets")
+        log.info("label set: %s (template %r)", ", ".join(new.labels), new.template)
+        return cfg
 
     def _on_set_labels(self, msg: Any, _deserialize_s: float) -> None:
-        values = {"labels": str(msg.data), "labels_file": ""}  # a set sent as labels replaces a labels file
+        """A label set on `set_labels_topic` ("a,b,c"); it replaces a labels file, as setting `labels` would."""
+        values = {"labels": str(msg.data), "labels_file": ""}
         setter = getattr(self.transport, "set_parameters", None)
         if setter is not None:  # rclpy: through the parameters, so `ros2 param get` tells the truth
             setter(values)
-        else:
-            self.apply(values, self.cfg.set_labels_topic)
+            return
+        with contextlib.suppress(cfgmod.ConfigError):  # counted and logged by reconfigure; the current set stays
+            self.reconfigure(values)
 
     @property
     def label_set(self):
