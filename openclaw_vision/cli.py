@@ -48,6 +48,12 @@ def cmd_label(args: argparse.Namespace) -> int:
     return run_label(args)
 
 
+def cmd_bench_labels(args: argparse.Namespace) -> int:
+    from .ros.labels_bench import main
+
+    return main(args)
+
+
 def cmd_tokenizer_fetch(args: argparse.Namespace) -> int:
     from .text.merges import TokenizerError, fetch
 
@@ -272,6 +278,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("label", help="zero-shot label scores for every frame of a bag, one JSON line each")
     add_label_arguments(p)
     p.set_defaults(fn=cmd_label)
+
+    from .ros.labels_bench import add_arguments as add_labels_bench_arguments
+
+    p = sub.add_parser("bench-labels", help="the labels node's latency per frame over DDS, by label-set size")
+    add_labels_bench_arguments(p)
+    p.set_defaults(fn=cmd_bench_labels)
 
     tok = sub.add_parser("tokenizer", help="CLIP's tokenizer files").add_subparsers(dest="tokcmd", required=True)
     p = tok.add_parser("fetch", help="take CLIP's BPE merges file from the open_clip_torch wheel (pip, --no-deps)")

@@ -221,3 +221,18 @@ def test_labels_node_refuses_a_bad_configuration_and_a_missing_text_model(dds_do
     assert node.proc.wait(60) == 2
     node.stop()
     assert "text model not found" in node.log_text() and "--tower text" in node.log_text()
+
+
+def test_bench_labels_accounts_for_every_frame(dds_domain, tmp_path, tiny_text_model):
+    """The latency benchmark's bookkeeping (not its numbers: tests do not time anything)."""
+    from openclaw_vision.ros.labels_bench import format_result, label_set, run
+
+    assert len(set(label_set(300))) == 300
+    r = run(tiny_text_model, (2, 12), frames=6, fps=30.0, work=tmp_path)
+    assert [row["labels"] for row in r["sizes"]] == [2, 12]
+    for row in r["sizes"]:
+        assert row["sent"] == row["received"] == 6
+        assert (
+            set(row["end_to_end_ms"]) >= {"p50", "p95", "p99"} and row["node_stages_ms"]["score"]["n"] >= 6
+        )  # and the probes
+    assert "12 vs 2 labels" in format_result(r)
