@@ -176,16 +176,17 @@ def test_export_command_writes_the_text_tower_with_the_image_towers_id(tmp_path)
 
 def test_text_command_prints_unit_embeddings_as_json_lines(tiny_text_model):
     res = subprocess.run(
-        [sys.executable, "-m", "openclaw_vision.cli", "text", "a photo of a door", "a forklift", "--text-model",
+        [sys.executable, "-m", "openclaw_vision.cli", "text", "a photo of a door", "a forklift!¢", "--text-model",
          str(tiny_text_model), "--ids"], capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert res.returncode == 0, res.stderr[-2000:]
     rows = [json.loads(line) for line in res.stdout.splitlines()]
-    assert [r["text"] for r in rows] == ["a photo of a door", "a forklift"]
+    assert [r["text"] for r in rows] == ["a photo of a door", "a forklift!¢"]
     assert rows[0]["token_ids"] == [49406, 320, 1125, 539, 320, 2489, 49407]
+    assert rows[1]["token_ids"][-3:] == [0, 41359, 49407]  # "!" is token 0, like the padding: it is kept
     for r in rows:
         assert r["model_id"] == "tiny@random-seed0" and r["dim"] == 32
         assert np.linalg.norm(r["embedding"]) == pytest.approx(1.0, abs=1e-5)
-    expected = TextEncoder(tiny_text_model).encode(["a forklift"]).vectors[0]
+    expected = TextEncoder(tiny_text_model).encode(["a forklift!¢"]).vectors[0]
     np.testing.assert_allclose(rows[1]["embedding"], expected, atol=1e-6)
     assert "random weights" in res.stderr and "noise" in res.stderr

@@ -65,7 +65,8 @@ def text_embeddings(args: argparse.Namespace) -> Iterator[dict]:
     for i, text in enumerate(args.texts):
         row = {"text": text, "model_id": emb.model_id, "dim": emb.dim}
         if ids is not None:
-            row["token_ids"] = [int(t) for t in ids[i] if t]
+            end = int(np.argmax(ids[i] == encoder.tokenizer.eot_id))  # padding is 0, and so is the token "!"
+            row["token_ids"] = [int(t) for t in ids[i][: end + 1]]
         row["embedding"] = [round(float(v), 7) for v in emb.vectors[i]]
         yield row
 
