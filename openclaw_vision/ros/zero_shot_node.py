@@ -142,6 +142,8 @@ class ZeroShotNode:
             scores, cos = current.score(vec)
             top = int(np.argmax(scores))
             t1 = time.perf_counter()
+            # rclpy's generated setters (humble rosidl_generator_py, resource/_msg.py.em) take a list of
+            # str for string[], an array('f') for float32[] (transport.float_array), a Python float for float32.
             fa = self.transport.float_array
             self._labels.publish(
                 self.transport.msg(VISUAL_LABELS)(
