@@ -77,8 +77,11 @@ class TextTransformer(nn.Module):
         return self
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        x = self.token_embedding(input_ids) + self.positional_embedding
-        x = self.ln_final(self.transformer(x, self.attn_mask))
+        """(N, T) ids, T ≤ context_length: the tokenizer gives 77; any T that holds every row's end token gives
+        the same embeddings (the mask is causal), which is what lets the runtime cut the padding off."""
+        t = input_ids.shape[1]
+        x = self.token_embedding(input_ids) + self.positional_embedding[:t]
+        x = self.ln_final(self.transformer(x, self.attn_mask[:t, :t]))
         eot = input_ids.to(torch.int32).argmax(dim=-1, keepdim=True)  # first end-of-text token of each row
         pooled = x.gather(1, eot.to(torch.int64)[:, :, None].expand(-1, 1, self.cfg.width)).squeeze(1)
         return pooled @ self.text_projection

@@ -46,13 +46,23 @@ class TextEncoder:
         self.context_length = int(meta.get("context_length", 77))
         self.logit_scale = float(meta.get("logit_scale", 100.0))
         self._input = self.session.get_inputs()[0].name
+        # exports with a symbolic token axis run only up to the last end token (see encode_ids)
+        self.trim = not isinstance(self.session.get_inputs()[0].shape[1], int)
         self.tokenizer = ClipTokenizer(bpe_path, self.context_length)
 
     def encode_ids(self, ids: np.ndarray) -> Embedding:
-        """(N, context_length) int64 token ids → N unit-length rows."""
+        """(N, context_length) int64 token ids → N unit-length rows.
+
+        Each batch runs only up to its last end-of-text token (the largest id of a row is where the
+        tower pools): the mask is causal, so the padding after it changes nothing and is not
+        computed. A label of a few words costs ~10 positions instead of 77."""
         if ids.ndim != 2 or ids.shape[1] != self.context_length:
             raise EncoderError(f"expected token ids (N, {self.context_length}), got {ids.shape}")
-        out = [self.session.run(None, {self._input: ids[i : i + BATCH]})[0] for i in range(0, len(ids), BATCH)]
+        out = []
+        for i in range(0, len(ids), BATCH):
+            chunk = ids[i : i + BATCH]
+            used = int(chunk.argmax(axis=1).max()) + 1 if self.trim else self.context_length
+            out.append(self.session.run(None, {self._input: np.ascontiguousarray(chunk[:, :used])})[0])
         vectors = np.concatenate(out) if out else np.zeros((0, self.embed_dim), np.float32)
         return Embedding(l2_normalise(vectors), self.model_id)
 
