@@ -3,17 +3,23 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# The open_clip_torch release whose wheel gives CLIP's tokenizer merges (as openclaw_vision/text/merges.py pins).
+OPEN_CLIP_VERSION := 3.3.0
 # Re-install when the package's dependency files change.
-STAMP := $(VENV)/.installed-$(shell cat setup.cfg setup.py pyproject.toml | sha1sum | cut -c1-10)
+STAMP := $(VENV)/.installed-$(shell (cat setup.cfg setup.py pyproject.toml; echo $(OPEN_CLIP_VERSION)) | sha1sum | cut -c1-10)
 # DDS never leaves this machine: loopback interface, no multicast.
 export CYCLONEDDS_URI := file://$(CURDIR)/config/cyclonedds-loopback.xml
 
 .PHONY: setup demo test lint clean
 
+# open_clip_torch: its SimpleTokenizer is the tests' reference and its wheel holds CLIP's BPE merges
+# file (the tokenizer finds it there). --no-deps and pinned: with its dependencies it would pull
+# torchvision and a CUDA torch.
 $(STAMP):
 	rm -f $(VENV)/.installed-*
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -e '.[tools,vlm,dev,openvino]'
+	$(PY) -m pip install -q -e '.[tools,vlm,text,dev,openvino]'
+	$(PY) -m pip install -q --no-deps 'open_clip_torch==$(OPEN_CLIP_VERSION)'
 	touch $@
 
 setup: $(STAMP)

@@ -1,9 +1,12 @@
-"""ros2 launch openclaw_vision vision.launch.py image_topic:=/camera/image_raw [enable_vlm:=true]
+"""ros2 launch openclaw_vision vision.launch.py image_topic:=/camera/image_raw [enable_vlm:=true] [enable_labels:=true]
 
-Starts the encoder node with a parameters file (`config`, default config/encoder.yaml) and, with
-enable_vlm:=true, the VLM node with `vlm_config` (default config/vlm.yaml). The other arguments
-override the file's key of the same name, but only when given on the command line: left unset,
-the file decides (see openclaw_vision/ros/launch_args.py for why this matters with launch_ros).
+Starts the encoder node with a parameters file (`config`, default config/encoder.yaml); with
+enable_vlm:=true, the VLM node with `vlm_config` (default config/vlm.yaml); with
+enable_labels:=true, the labels node with `labels_config` (default config/labels.yaml): zero-shot
+labels on /visual_labels. The other arguments override the file's key of the same name, but only
+when given on the command line: left unset, the file decides (see
+openclaw_vision/ros/launch_args.py for why this matters with launch_ros). `model` also goes to
+the labels node, so that its text tower is of the encoder's weights.
 
 Written to the Humble launch API: DeclareLaunchArgument(name, default_value=, description=),
 OpaqueFunction(function=) called with the LaunchContext, whose launch_configurations hold every
@@ -19,6 +22,7 @@ from launch_ros.substitutions import FindPackageShare
 from launch import LaunchDescription
 from openclaw_vision.ros.launch_args import (
     ENCODER_ARGUMENTS,
+    LABELS_ARGUMENTS,
     UNSET,
     VLM_ARGUMENTS,
     argument_description,
@@ -32,28 +36,30 @@ def _share(name: str) -> PathJoinSubstitution:
     return PathJoinSubstitution([FindPackageShare(PACKAGE), "config", name])
 
 
+def _enabled(context, name: str) -> bool:
+    return LaunchConfiguration(name).perform(context).lower() in ("true", "1")
+
+
+def _node(executable: str, params_file: str, overrides: dict) -> Node:
+    """One of our nodes: its parameters file, then only the arguments the user set."""
+    return Node(
+        package=PACKAGE,
+        executable=executable,
+        name=executable,
+        output="screen",
+        parameters=[params_file, *([overrides] if overrides else [])],
+    )
+
+
 def _nodes(context) -> list:
     """The nodes, made once the arguments are known: a parameter dict only of what the user set."""
     given = context.launch_configurations
-    encoder_params, vlm_params = node_overrides(given)
-    encoder = Node(
-        package=PACKAGE,
-        executable="encoder_node",
-        name="encoder_node",
-        output="screen",
-        parameters=[given["config"], *([encoder_params] if encoder_params else [])],
-    )
-    nodes = [encoder]
-    if LaunchConfiguration("enable_vlm").perform(context).lower() in ("true", "1"):
-        nodes.append(
-            Node(
-                package=PACKAGE,
-                executable="vlm_node",
-                name="vlm_node",
-                output="screen",
-                parameters=[given["vlm_config"], *([vlm_params] if vlm_params else [])],
-            )
-        )
+    encoder_params, vlm_params, labels_params = node_overrides(given)
+    nodes = [_node("encoder_node", given["config"], encoder_params)]
+    if _enabled(context, "enable_vlm"):
+        nodes.append(_node("vlm_node", given["vlm_config"], vlm_params))
+    if _enabled(context, "enable_labels"):
+        nodes.append(_node("zero_shot_node", given["labels_config"], labels_params))
     return nodes
 
 
@@ -62,9 +68,13 @@ def generate_launch_description() -> LaunchDescription:
         DeclareLaunchArgument("config", default_value=_share("encoder.yaml"), description="encoder parameters file"),
         DeclareLaunchArgument("vlm_config", default_value=_share("vlm.yaml"), description="VLM parameters file"),
         DeclareLaunchArgument("enable_vlm", default_value="false", description="also start the VLM node"),
+        DeclareLaunchArgument(
+            "labels_config", default_value=_share("labels.yaml"), description="labels node parameters file"
+        ),
+        DeclareLaunchArgument("enable_labels", default_value="false", description="also start the labels node"),
     ]
     declared += [
         DeclareLaunchArgument(name, default_value=UNSET, description=argument_description(name))
-        for name in (*ENCODER_ARGUMENTS, *VLM_ARGUMENTS)
+        for name in (*ENCODER_ARGUMENTS, *VLM_ARGUMENTS, *LABELS_ARGUMENTS)
     ]
     return LaunchDescription([*declared, OpaqueFunction(function=_nodes)])

@@ -1,4 +1,4 @@
-"""`openclaw-vision`: one command for the tools (export, bag, encoder, replay, demo)."""
+"""`openclaw-vision`: one command for the tools (export, bag, encoder, replay, demo, text, label)."""
 
 from __future__ import annotations
 
@@ -16,17 +16,53 @@ log = logging.getLogger("openclaw_vision")
 
 def cmd_export(args: argparse.Namespace) -> int:
     from .models.export import ExportCheckError, export_model
+    from .text.build import default_text_model_path
 
-    out = args.out or default_model_path(args.model, "fp32")
+    out = args.out or (
+        default_text_model_path(args.model) if args.tower == "text" else default_model_path(args.model, "fp32")
+    )
     if out.exists() and not args.force:
         print(f"{out} exists (use --force to rebuild)")
         return 0
     try:
-        res = export_model(args.model, out, args.checkpoint, args.seed)
+        res = export_model(args.model, out, args.checkpoint, args.seed, tower=args.tower)
     except (ExportCheckError, ValueError, KeyError) as err:
         print(f"export failed: {err}", file=sys.stderr)
         return 1
-    print(f"wrote {res.path} ({res.model_id}, {res.embed_dim}-d, ORT vs torch min cosine {res.min_cosine:.6f})")
+    print(
+        f"wrote {res.path} ({args.tower} tower {res.model_id}, {res.embed_dim}-d, "
+        f"ORT vs torch min cosine {res.min_cosine:.6f})"
+    )
+    return 0
+
+
+def cmd_text(args: argparse.Namespace) -> int:
+    from .text.tools import run_text
+
+    return run_text(args)
+
+
+def cmd_label(args: argparse.Namespace) -> int:
+    from .text.tools import run_label
+
+    return run_label(args)
+
+
+def cmd_bench_labels(args: argparse.Namespace) -> int:
+    from .ros.labels_bench import main
+
+    return main(args)
+
+
+def cmd_tokenizer_fetch(args: argparse.Namespace) -> int:
+    from .text.merges import TokenizerError, fetch
+
+    try:
+        path = fetch(args.wheel, args.out)
+    except TokenizerError as err:
+        print(f"tokenizer fetch: {err}", file=sys.stderr)
+        return 1
+    print(f"wrote {path} (CLIP's BPE merges, checked)")
     return 0
 
 
@@ -41,6 +77,10 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     try:
         model = canonical_name(args.model) if not args.model_path else args.model
         fp32 = ensure_fp32(model, args.model_path, args.checkpoint)
+        if not args.model_path and not args.no_text and not args.text_model:
+            from .text.build import ensure_text_fp32
+
+            ensure_text_fp32(model, None, args.checkpoint)  # the gate's text term (built once, like the FP32 export)
         opts = QuantOptions(
             fp32_model=fp32,
             calib=args.calib,
@@ -51,22 +91,26 @@ def cmd_quantize(args: argparse.Namespace) -> int:
             method=args.method,
             percentile=args.percentile,
             scheme=args.scheme,
-            gate=GateSpec(args.min_mean_cosine, args.min_cosine, args.min_nn_agreement),
+            gate=GateSpec(args.min_mean_cosine, args.min_cosine, args.min_nn_agreement, args.min_zero_shot_agreement),
             max_float=args.max_float_layers,
             holdout_every=args.holdout_every,
             threads=args.threads,
             sensitivity=not args.no_sensitivity,
             measure_memory=not args.no_memory,
+            text_model=args.text_model,
+            text=not args.no_text,
         )
         result = quantize(opts)
     except (CalibrationDataError, KeyError, ValueError, FileNotFoundError) as err:
         print(f"quantize: {err}", file=sys.stderr)
         return 2
     written = write(result, args.report)
+    zs = result["zero_shot"]["top1_agreement"]
     numbers = (
         f"mean cosine {result['mean_cosine']:.6f} (>= {opts.gate.mean_cosine}), min cosine {result['min_cosine']:.6f}"
         f" (>= {opts.gate.min_cosine}), NN agreement {result['nn_agreement']:.2%} (>= {opts.gate.nn_agreement:.0%}),"
-        f" {len(result['kept_float'])}/{result['layers']} layers kept float"
+        + (f" zero-shot agreement {zs:.2%} (>= {opts.gate.zero_shot_top1:.0%})," if zs is not None else "")
+        + f" {len(result['kept_float'])}/{result['layers']} layers kept float"
     )
     report = ", ".join(str(p) for p in written)
     if not result["passed"]:
@@ -216,6 +260,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .quant.evaluate import GateSpec
+
     parser = argparse.ArgumentParser(prog="openclaw-vision", description=__doc__)
     parser.add_argument("--log-level", default="INFO")
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -230,9 +276,39 @@ def build_parser() -> argparse.ArgumentParser:
         "default: deterministic random init",
     )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, default=None, help="default: ~/.cache/openclaw_vision/models/<model>.fp32.onnx")
+    p.add_argument("--tower", choices=("image", "text"), default="image", help="which CLIP tower (same model id)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="default: ~/.cache/openclaw_vision/models/<model>.fp32.onnx (text: <model>.text.fp32.onnx)",
+    )
     p.add_argument("--force", action="store_true")
     p.set_defaults(fn=cmd_export)
+
+    from .text.tools import add_label_arguments, add_text_model_arguments
+
+    p = sub.add_parser("text", help="unit-length CLIP text embeddings of strings, one JSON line each")
+    p.add_argument("texts", nargs="+")
+    p.add_argument("--ids", action="store_true", help="also print the token ids")
+    add_text_model_arguments(p)
+    p.set_defaults(fn=cmd_text)
+
+    p = sub.add_parser("label", help="zero-shot label scores for every frame of a bag, one JSON line each")
+    add_label_arguments(p)
+    p.set_defaults(fn=cmd_label)
+
+    from .ros.labels_bench import add_arguments as add_labels_bench_arguments
+
+    p = sub.add_parser("bench-labels", help="the labels node's latency per frame over DDS, by label-set size")
+    add_labels_bench_arguments(p)
+    p.set_defaults(fn=cmd_bench_labels)
+
+    tok = sub.add_parser("tokenizer", help="CLIP's tokenizer files").add_subparsers(dest="tokcmd", required=True)
+    p = tok.add_parser("fetch", help="take CLIP's BPE merges file from the open_clip_torch wheel (pip, --no-deps)")
+    p.add_argument("--wheel", type=Path, default=None, help="an open_clip_torch wheel already here (no download)")
+    p.add_argument("--out", type=Path, default=None, help="default: <data home>/tokenizer/bpe_simple_vocab_16e6.txt.gz")
+    p.set_defaults(fn=cmd_tokenizer_fetch)
 
     p = sub.add_parser("quantize", help="INT8 Q/DQ model from calibration frames, gated on held-out frames")
     p.add_argument("--model", default="ViT-B-32", help="model name; its FP32 export is built if missing")
@@ -262,6 +338,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-mean-cosine", type=float, default=0.999)
     p.add_argument("--min-cosine", type=float, default=0.995)
     p.add_argument("--min-nn-agreement", type=float, default=0.99)
+    p.add_argument(
+        "--min-zero-shot-agreement",
+        type=float,
+        default=GateSpec.zero_shot_top1,
+        help="zero-shot top-1 agreement INT8 vs FP32 on the gate's label set (when a text tower is at hand)",
+    )
+    p.add_argument(
+        "--text-model", type=Path, default=None, help="FP32 text export of the same weights (default: the data home's)"
+    )
+    p.add_argument("--no-text", action="store_true", help="no zero-shot (text) term in the gate")
     p.add_argument("--max-float-layers", type=int, default=-1, help="most layers kept float (-1: a quarter)")
     p.add_argument("--holdout-every", type=int, default=4, help="every k-th frame is held out for the gate")
     p.add_argument("--threads", type=int, default=0)
@@ -299,6 +385,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("encoder", help="run the encoder node (flags: see `openclaw-vision encoder --help`)", add_help=False)
     sub.add_parser("vlm", help="run the VLM node (flags: see `openclaw-vision vlm --help`)", add_help=False)
+    sub.add_parser(
+        "zero-shot", help="run the labels node (flags: see `openclaw-vision zero-shot --help`)", add_help=False
+    )
 
     p = sub.add_parser("ask", help="encoder + VLM in one process: answer a question about one frame of a bag")
     p.add_argument("question")
@@ -348,6 +437,10 @@ def main(argv: list[str] | None = None) -> int:
         from .ros.vlm_node import main as vlm_main
 
         return vlm_main(argv[1:])
+    if argv[:1] == ["zero-shot"]:
+        from .ros.zero_shot_node import main as zero_shot_main
+
+        return zero_shot_main(argv[1:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level, format="[%(asctime)s] [%(name)s] %(levelname)s: %(message)s")
     return args.fn(args)

@@ -209,6 +209,46 @@ class VlmConfig(NodeConfig):
         return self
 
 
+@dataclass(frozen=True)
+class ZeroShotConfig(NodeConfig):
+    """The labels node. `labels`, `labels_file` and `template` may change while it runs."""
+
+    # The descriptions are the comments of config/labels.yaml, word for word (test_packaging checks).
+    features_topic: str = param("/visual_features", "VisualFeatures topic (the encoder's output)")
+    labels_topic: str = param("/visual_labels", "openclaw_vision/VisualLabels, with the features' header")
+    set_labels_topic: str = param(
+        "/zero_shot_node/set_labels", 'std_msgs/String "a,b,c": a new label set; empty: no such topic'
+    )
+    labels: str = param("door,forklift,person", "comma-separated label set", runtime=True)
+    labels_file: str = param(
+        "", "one label per line ('#' comments); when set, used instead of labels", runtime=True
+    )  # fmt: skip
+    template: str = param("a photo of a {}.", 'prompt per label; "{}" alone uses the label as it is', runtime=True)
+    model: str = param(
+        "ViT-B-32", "named CLIP architecture; its text export is <model>.text.fp32.onnx in the data home"
+    )  # fmt: skip
+    text_model_path: str = param("", "a text tower export instead (the same model id as the features')")
+    bpe_path: str = param("", "CLIP's merges file; empty: the data home's, or an installed open_clip's")
+    threads: int = param(1, "text tower threads (it runs once per label set)", minimum=0)
+    diagnostics_period: float = param(1.0, "seconds between /diagnostics messages", **PERIOD)
+    transport: str = param("auto", "auto: rclpy if ROS 2 is sourced, else cyclonedds", choices=TRANSPORTS)
+
+    def validate(self) -> ZeroShotConfig:
+        for key in ("features_topic", "labels_topic"):
+            if not getattr(self, key) or " " in getattr(self, key):
+                raise self._bad(key, "must be a non-empty ROS topic name")
+        if " " in self.set_labels_topic:
+            raise self._bad("set_labels_topic", "must be a ROS topic name or empty")
+        if self.model not in MODEL_CONFIGS and not self.text_model_path:
+            raise self._bad("model", f"unknown; known: {', '.join(MODEL_CONFIGS)} (or set text_model_path)")
+        if not self.labels.strip() and not self.labels_file:
+            raise self._bad("labels", "give at least one label (or labels_file)")
+        if self.template.count("{}") != 1:
+            raise self._bad("template", "must contain '{}' exactly once (where the label goes)")
+        self._check_params()
+        return self
+
+
 def node_key_matches(key: str, fqn: str) -> bool:
     """Whether a parameters file's node key ('encoder_node', '/**', '/robot/*/encoder_node') names
     the node `fqn` ('/encoder_node'). rclpy's rule (Humble rclpy/src/rclpy/node.cpp,
@@ -272,6 +312,7 @@ __all__ = [
     "EncoderConfig",
     "Param",
     "VlmConfig",
+    "ZeroShotConfig",
     "add_arguments",
     "coerce",
     "from_sources",

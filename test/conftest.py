@@ -34,6 +34,16 @@ def tiny_model(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_text_model(tmp_path_factory) -> Path:
+    """The text tower of the same random tiny model (same model id as `tiny_model`)."""
+    from openclaw_vision.models.export import export_model
+
+    out = tmp_path_factory.mktemp("models") / "tiny.text.fp32.onnx"
+    export_model("tiny", out, tower="text")
+    return out
+
+
+@pytest.fixture(scope="session")
 def sample_bag(tmp_path_factory) -> Path:
     """12 panning 1080p rgb8 frames at 30 fps (mcap)."""
     from openclaw_vision.bags import write_sample_bag

@@ -17,8 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from openclaw_vision.config import EncoderConfig, VlmConfig
-from openclaw_vision.ros.launch_args import ENCODER_ARGUMENTS, UNSET, VLM_ARGUMENTS, node_overrides
+from openclaw_vision.config import EncoderConfig, VlmConfig, ZeroShotConfig
+from openclaw_vision.ros.launch_args import (
+    ENCODER_ARGUMENTS,
+    LABELS_ARGUMENTS,
+    UNSET,
+    VLM_ARGUMENTS,
+    node_overrides,
+)
 from openclaw_vision.ros.runner import build_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,8 +64,15 @@ def launch(monkeypatch, tmp_path):
     _forget()
 
 
+NODE_CONFIGS = {
+    "encoder_node": (EncoderConfig, "encoder.yaml"),
+    "vlm_node": (VlmConfig, "vlm.yaml"),
+    "zero_shot_node": (ZeroShotConfig, "labels.yaml"),
+}
+
+
 def _config(argv: list[str], node: str):
-    cls, yaml_name = (EncoderConfig, "encoder.yaml") if node == "encoder_node" else (VlmConfig, "vlm.yaml")
+    cls, yaml_name = NODE_CONFIGS[node]
     return build_config(argv[1:], node, node, cls, yaml_name)[0]
 
 
@@ -91,17 +104,29 @@ def test_defaults_come_from_the_shipped_files_and_arguments_reach_both_nodes_typ
     assert [nodes[n][0] for n in nodes] == ["encoder_node", "vlm_node"]  # the installed executables
 
 
+def test_the_labels_node_gets_the_encoders_model_and_labels_stay_text(launch):
+    nodes = launch(enable_labels="true", model="tiny", labels="yes,1,door", features_topic="/f")
+    assert [nodes[n][0] for n in nodes] == ["encoder_node", "zero_shot_node"]
+    labels = _config(nodes["zero_shot_node"], "zero_shot_node")
+    assert labels == ZeroShotConfig(model="tiny", labels="yes,1,door", features_topic="/f")
+    assert _config(nodes["encoder_node"], "encoder_node").model == "tiny"  # both towers of one model
+
+
 def test_only_set_arguments_become_parameters_typed_as_launch_ros_types_them():
-    unset = {name: UNSET for name in (*ENCODER_ARGUMENTS, *VLM_ARGUMENTS)}
-    assert node_overrides(unset) == ({}, {})
-    enc, vlm = node_overrides({**unset, "model": "ViT-B-16", "max_new_tokens": "64", "features_topic": "/f"})
+    unset = {name: UNSET for name in (*ENCODER_ARGUMENTS, *VLM_ARGUMENTS, *LABELS_ARGUMENTS)}
+    assert node_overrides(unset) == ({}, {}, {})
+    enc, vlm, labels = node_overrides(
+        {**unset, "model": "ViT-B-16", "max_new_tokens": "64", "features_topic": "/f", "labels": "yes"}
+    )
     assert enc == {"model": "ViT-B-16", "features_topic": "/f"}
     assert vlm == {"max_new_tokens": 64, "features_topic": "/f"}
+    assert labels == {"labels": "yes", "features_topic": "/f", "model": "ViT-B-16"}  # "yes" is a label, not True
 
 
 def test_every_overriding_argument_is_a_parameter_of_the_node_it_goes_to():
     assert set(ENCODER_ARGUMENTS) <= set(EncoderConfig.params())
     assert set(VLM_ARGUMENTS) <= set(VlmConfig.params())
+    assert set(LABELS_ARGUMENTS) <= set(ZeroShotConfig.params())
 
 
 def test_the_launch_file_helpers_import_without_ros_or_numpy():

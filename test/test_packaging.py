@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from openclaw_vision.config import EncoderConfig, VlmConfig
+from openclaw_vision.config import EncoderConfig, VlmConfig, ZeroShotConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,7 +72,7 @@ def test_the_pinned_humble_requirements_keep_numpy_1():
         if line.strip() and not line.startswith("#"):
             name, _, version = line.partition("==")
             pins[name.strip()] = tuple(int(x) for x in version.split("."))
-    assert set(pins) == {"numpy", "onnxruntime", "tokenizers"}
+    assert set(pins) == {"numpy", "onnxruntime", "tokenizers", "ftfy"}  # ftfy: the labels node's CLIP tokenizer
     assert (1, 21, 6) <= pins["numpy"] < (2,)
     assert pins["onnxruntime"] >= (1, 16)
 
@@ -209,16 +209,21 @@ def test_setup_py_installs_every_launch_config_and_msg_file(monkeypatch):
 
 
 def test_launch_file_declares_each_override_unset_and_starts_the_installed_executables():
-    from openclaw_vision.ros.launch_args import ENCODER_ARGUMENTS, UNSET, VLM_ARGUMENTS
+    from openclaw_vision.ros.launch_args import ENCODER_ARGUMENTS, LABELS_ARGUMENTS, UNSET, VLM_ARGUMENTS
 
     text = (ROOT / "launch" / "vision.launch.py").read_text()
     tree = ast.parse(text)
     assert "DeclareLaunchArgument(name, default_value=UNSET" in text and UNSET == ""
-    assert "for name in (*ENCODER_ARGUMENTS, *VLM_ARGUMENTS)" in text and ENCODER_ARGUMENTS and VLM_ARGUMENTS
-    executables = {kw.value.value for node in ast.walk(tree) if isinstance(node, ast.Call)
-                   for kw in node.keywords if kw.arg == "executable"}  # fmt: skip
-    assert executables == {"encoder_node", "vlm_node"}
+    assert "for name in (*ENCODER_ARGUMENTS, *VLM_ARGUMENTS, *LABELS_ARGUMENTS)" in text
+    assert ENCODER_ARGUMENTS and VLM_ARGUMENTS and LABELS_ARGUMENTS
+    executables = {node.args[0].value for node in ast.walk(tree) if isinstance(node, ast.Call)
+                   and getattr(node.func, "id", "") == "_node"}  # fmt: skip
+    assert executables == {"encoder_node", "vlm_node", "zero_shot_node"}
+    cmake = (ROOT / "CMakeLists.txt").read_text()
+    for exe in executables:  # installed where launch_ros looks: lib/<package>/<executable>
+        assert (ROOT / "scripts" / exe).is_file() and f"scripts/{exe}" in cmake
     assert 'DeclareLaunchArgument("enable_vlm", default_value="false"' in text
+    assert 'DeclareLaunchArgument("enable_labels", default_value="false"' in text
 
 
 def test_shipped_config_files_hold_the_node_defaults():
@@ -226,9 +231,12 @@ def test_shipped_config_files_hold_the_node_defaults():
 
     assert read_params_file(ROOT / "config" / "encoder.yaml", "encoder_node") == EncoderConfig().as_dict()
     assert read_params_file(ROOT / "config" / "vlm.yaml", "vlm_node") == VlmConfig().as_dict()
+    assert read_params_file(ROOT / "config" / "labels.yaml", "zero_shot_node") == ZeroShotConfig().as_dict()
 
 
-@pytest.mark.parametrize(("name", "cls"), [("encoder.yaml", EncoderConfig), ("vlm.yaml", VlmConfig)])
+@pytest.mark.parametrize(
+    ("name", "cls"), [("encoder.yaml", EncoderConfig), ("vlm.yaml", VlmConfig), ("labels.yaml", ZeroShotConfig)]
+)
 def test_each_yaml_comment_is_the_parameters_description(name, cls):
     """One source: config.Param's description is the YAML comment and the ROS descriptor's text."""
     comments = {}

@@ -1,4 +1,4 @@
-"""Load real CLIP vision weights: open_clip and Hugging Face layouts, safetensors or torch files.
+"""Load real CLIP weights (image and text towers): open_clip and Hugging Face layouts, safetensors or torch files.
 
 Both layouts end up in our module's (open_clip-style) names. The only layout-specific work is
 here: Hugging Face keeps q, k and v as separate Linear layers, open_clip stacks them into one
@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from pathlib import Path
 
 import torch
 
-from .configs import VisionConfig, get_config
+from .configs import TextConfig, VisionConfig, get_config, get_text_config
+from .text import TextTransformer
 from .vit import VisionTransformer
+
+log = logging.getLogger(__name__)
 
 
 class CheckpointError(ValueError):
@@ -160,3 +164,138 @@ def build_model(name: str, checkpoint: Path | None = None, seed: int = 0) -> tup
         load_into(model, read_state_dict(Path(checkpoint)))
         weights = file_digest(Path(checkpoint))
     return model.eval(), f"{name}@{weights}"
+
+
+# ---- the text tower (same checkpoint files: one file holds both towers and logit_scale) ----------------
+
+
+def weights_id(checkpoint: Path | None, seed: int = 0) -> str:
+    """The part of a model id after `@`: the checkpoint's content hash, or `random-seed<N>`.
+
+    The image and the text export of one checkpoint get the same id this way, which is what lets
+    the labels node check that features and label embeddings come from the same model.
+    """
+    return f"random-seed{seed}" if checkpoint is None else file_digest(Path(checkpoint))
+
+
+def detect_text_layout(state: dict[str, torch.Tensor]) -> str:
+    if any(k.startswith("text_model.") for k in state):
+        return "huggingface"
+    if "token_embedding.weight" in state or "text.token_embedding.weight" in state:
+        return "open_clip"
+    raise CheckpointError(
+        "checkpoint has no text tower: neither open_clip (token_embedding.*) nor Hugging Face (text_model.*) keys"
+    )
+
+
+def text_config_from_hf(config_json: Path) -> TextConfig:
+    """A TextConfig from a Hugging Face CLIPModel / CLIPTextModelWithProjection config.json."""
+    raw = json.loads(Path(config_json).read_text())
+    txt = raw.get("text_config", raw)
+    act = txt.get("hidden_act", "quick_gelu")
+    cfg = TextConfig(
+        width=int(txt["hidden_size"]),
+        layers=int(txt["num_hidden_layers"]),
+        heads=int(txt["num_attention_heads"]),
+        embed_dim=int(raw.get("projection_dim", txt.get("projection_dim", 512))),
+        context_length=int(txt.get("max_position_embeddings", 77)),
+        vocab_size=int(txt.get("vocab_size", 49408)),
+        act="quick_gelu" if act == "quick_gelu" else "gelu",
+        ln_eps=float(txt.get("layer_norm_eps", 1e-5)),
+    )
+    if int(txt.get("intermediate_size", cfg.mlp_dim)) != cfg.mlp_dim:
+        raise CheckpointError(
+            f"{config_json}: text intermediate_size {txt['intermediate_size']} is not 4 × hidden_size"
+        )
+    return cfg
+
+
+_TEXT_KEYS = ("token_embedding.weight", "positional_embedding", "ln_final.weight", "ln_final.bias", "text_projection")
+
+
+def _text_from_open_clip(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """open_clip's CLIP keeps the text tower at the top level (`visual.*` is the image tower);
+    its CustomTextCLIP puts it under `text.`. `logit_scale` is top-level in both."""
+    prefix = "text." if "text.token_embedding.weight" in state else ""
+    out = {
+        k[len(prefix) :]: v
+        for k, v in state.items()
+        if k.startswith(prefix) and (k[len(prefix) :] in _TEXT_KEYS or k[len(prefix) :].startswith("transformer."))
+    }
+    if "logit_scale" in state:
+        out["logit_scale"] = state["logit_scale"]
+    return out
+
+
+def _text_from_huggingface(state: dict[str, torch.Tensor], layers: int) -> dict[str, torch.Tensor]:
+    """Hugging Face CLIPModel: separate q/k/v (concatenated here), nn.Linear projection (transposed here)."""
+    out = {
+        "token_embedding.weight": state["text_model.embeddings.token_embedding.weight"],
+        "positional_embedding": state["text_model.embeddings.position_embedding.weight"],
+        "ln_final.weight": state["text_model.final_layer_norm.weight"],
+        "ln_final.bias": state["text_model.final_layer_norm.bias"],
+        "text_projection": state["text_projection.weight"].t().contiguous(),
+    }
+    if "logit_scale" in state:
+        out["logit_scale"] = state["logit_scale"]
+    for i in range(layers):
+        src = f"text_model.encoder.layers.{i}."
+        dst = f"transformer.resblocks.{i}."
+        for kind in ("weight", "bias"):
+            out[dst + f"attn.in_proj_{kind}"] = torch.cat(
+                [state[src + f"self_attn.{p}_proj.{kind}"] for p in ("q", "k", "v")], dim=0
+            )
+            for hf, oc in _HF_BLOCK.items():
+                out[dst + f"{oc}.{kind}"] = state[src + f"{hf}.{kind}"]
+    return out
+
+
+def load_text_into(model: TextTransformer, state: dict[str, torch.Tensor]) -> None:
+    """Copy a checkpoint's text tower (either layout) into `model`, checking every name and shape first.
+
+    A checkpoint without `logit_scale` (a text-only export) keeps open_clip's initial value; the
+    log says so, because label scores are softmax(logit_scale × cosine) and depend on it.
+    """
+    layout = detect_text_layout(state)
+    try:
+        mapped = (
+            _text_from_open_clip(state) if layout == "open_clip" else _text_from_huggingface(state, model.cfg.layers)
+        )
+    except KeyError as err:
+        raise CheckpointError(f"{layout} checkpoint is missing text tensor {err.args[0]!r}") from None
+    expected = model.state_dict()
+    if "logit_scale" not in mapped:
+        log.warning("checkpoint has no logit_scale: using open_clip's initial value (exp = 14.29)")
+        mapped["logit_scale"] = expected["logit_scale"]
+    missing = sorted(set(expected) - set(mapped))
+    if missing:
+        raise CheckpointError(f"{layout} checkpoint lacks {len(missing)} text tensors, first: {missing[:3]}")
+    for name, want in expected.items():
+        got = mapped[name]
+        if got.numel() == want.numel() == 1:  # logit_scale: a scalar in open_clip, shape [] or [1] elsewhere
+            mapped[name] = got.reshape(want.shape)
+        elif tuple(got.shape) != tuple(want.shape):
+            raise CheckpointError(
+                f"text parameter {name!r}: expected shape {tuple(want.shape)}, found {tuple(got.shape)} "
+                f"(is the model config right for this checkpoint?)"
+            )
+    model.load_state_dict({k: mapped[k].to(torch.float32) for k in expected}, strict=True)
+
+
+def build_text_model(name: str, checkpoint: Path | None = None, seed: int = 0) -> tuple[TextTransformer, str]:
+    """The text tower for `name` with real weights from `checkpoint`, or a seeded random init.
+
+    Returns the model (eval mode) and its id, `<name>@<weights>`, made exactly as the image
+    tower's (`build_model`): the same checkpoint gives both towers the same id. For a Hugging
+    Face folder with a config.json, the architecture comes from that file.
+    """
+    if checkpoint is not None and Path(checkpoint).is_dir() and (Path(checkpoint) / "config.json").exists():
+        cfg = text_config_from_hf(Path(checkpoint) / "config.json")
+    else:
+        cfg = get_text_config(name)
+    model = TextTransformer(cfg)
+    if checkpoint is None:
+        model.init_random(seed)
+    else:
+        load_text_into(model, read_state_dict(Path(checkpoint)))
+    return model.eval(), f"{name}@{weights_id(checkpoint, seed)}"

@@ -77,3 +77,45 @@ def canonical_name(name: str) -> str:
 def get_config(name: str) -> VisionConfig:
     """Look a configuration up by name (case-insensitive), with a clear error listing the known ones."""
     return MODEL_CONFIGS[canonical_name(name)]
+
+
+@dataclass(frozen=True)
+class TextConfig:
+    """Shape of a CLIP text tower (token ids → one embedding in the image tower's space).
+
+    Every CLIP in open_clip's table reads the same tokenizer (49 408 byte-level BPE tokens, 77
+    positions) and a causal transformer; only width, depth and heads grow with the model. The
+    MLP is 4× the width in all of them.
+    """
+
+    width: int
+    layers: int
+    heads: int
+    embed_dim: int
+    context_length: int = 77
+    vocab_size: int = 49408
+    act: str = "gelu"  # "gelu" (LAION/open_clip) or "quick_gelu" (OpenAI weights)
+    ln_eps: float = 1e-5
+
+    @property
+    def mlp_dim(self) -> int:
+        return 4 * self.width
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+#: Text towers beside the image towers of the same name (open_clip's `text_cfg`; embed_dim is shared).
+TEXT_CONFIGS: dict[str, TextConfig] = {
+    "tiny": TextConfig(width=64, layers=2, heads=4, embed_dim=32),
+    "ViT-B-32": TextConfig(width=512, layers=12, heads=8, embed_dim=512),
+    "ViT-B-16": TextConfig(width=512, layers=12, heads=8, embed_dim=512),
+    "ViT-L-14": TextConfig(width=768, layers=12, heads=12, embed_dim=768),
+    "ViT-H-14": TextConfig(width=1024, layers=24, heads=16, embed_dim=1024),
+    "ViT-bigG-14": TextConfig(width=1280, layers=32, heads=20, embed_dim=1280),
+}
+
+
+def get_text_config(name: str) -> TextConfig:
+    """The text tower paired with the image tower `name` (case-insensitive)."""
+    return TEXT_CONFIGS[canonical_name(name)]

@@ -14,7 +14,7 @@ import math
 import torch
 from torch import nn
 
-from .configs import VisionConfig
+from .configs import TextConfig, VisionConfig
 
 
 class QuickGELU(nn.Module):
@@ -37,12 +37,16 @@ class Attention(nn.Module):
         self.in_proj_bias = nn.Parameter(torch.zeros(3 * width))
         self.out_proj = nn.Linear(width, width)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """`attn_mask`: (T, T) added to the scores (the text tower's causal mask: -inf above the diagonal)."""
         b, t, w = x.shape
         qkv = nn.functional.linear(x, self.in_proj_weight, self.in_proj_bias)
         qkv = qkv.reshape(b, t, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
         q, k, v = qkv[0], qkv[1], qkv[2]
-        attn = torch.softmax((q * self.scale) @ k.transpose(-2, -1), dim=-1)
+        scores = (q * self.scale) @ k.transpose(-2, -1)
+        if attn_mask is not None:
+            scores = scores + attn_mask
+        attn = torch.softmax(scores, dim=-1)
         out = (attn @ v).transpose(1, 2).reshape(b, t, w)
         return self.out_proj(out)
 
@@ -59,28 +63,31 @@ class MLP(nn.Module):
 
 
 class ResidualBlock(nn.Module):
-    """Pre-norm transformer block: x + attn(ln_1(x)), then x + mlp(ln_2(x))."""
+    """Pre-norm transformer block: x + attn(ln_1(x)), then x + mlp(ln_2(x)).
 
-    def __init__(self, cfg: VisionConfig) -> None:
+    Shared by the image and the text tower: `cfg` needs width, heads, mlp_dim, act and ln_eps.
+    """
+
+    def __init__(self, cfg: VisionConfig | TextConfig) -> None:
         super().__init__()
         self.ln_1 = nn.LayerNorm(cfg.width, eps=cfg.ln_eps)
         self.attn = Attention(cfg.width, cfg.heads)
         self.ln_2 = nn.LayerNorm(cfg.width, eps=cfg.ln_eps)
         self.mlp = MLP(cfg.width, cfg.mlp_dim, cfg.act)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x))
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), attn_mask)
         return x + self.mlp(self.ln_2(x))
 
 
 class Transformer(nn.Module):
-    def __init__(self, cfg: VisionConfig) -> None:
+    def __init__(self, cfg: VisionConfig | TextConfig) -> None:
         super().__init__()
         self.resblocks = nn.ModuleList(ResidualBlock(cfg) for _ in range(cfg.layers))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
         for block in self.resblocks:
-            x = block(x)
+            x = block(x, attn_mask)
         return x
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from . import calibrate, data, memory, partition, sensitivity
+from . import calibrate, crossmodal, data, memory, partition, sensitivity
 from .evaluate import Evaluator, GateSpec, embed, session, worst
 from .graph import quantisable_layers
 from .qdq import SCHEMES, build_qdq_model, build_switch_model
@@ -44,6 +44,8 @@ class QuantOptions:
     threads: int = 0
     sensitivity: bool = True
     measure_memory: bool = True
+    text_model: Path | None = None  # FP32 text export for the gate's text term; None: the data home's, if any
+    text: bool = True  # False: no text term
 
 
 def _progress():
@@ -97,7 +99,13 @@ def quantize(opts: QuantOptions, frames: list | None = None) -> dict:
         opts.fp32_model, sorted({layer.activation for layer in layers}), qdata.calibration, opts.threads, progress
     )
     ranges = {m: calibrate.compute_ranges(stats, m, opts.percentile) for m in calibrate.METHODS}
-    evaluator = Evaluator(opts.fp32_model, qdata.heldout, opts.threads)
+    text_ref, text_note = (
+        crossmodal.find_reference(meta.get("model_id", opts.fp32_model.stem), opts.text_model, opts.threads)
+        if opts.text
+        else (None, "not computed (--no-text)")
+    )
+    log.info("zero-shot text term: %s", text_note)
+    evaluator = Evaluator(opts.fp32_model, qdata.heldout, opts.threads, text_ref)
     native = next(iter(qdata.heldout))
 
     def build(keep: frozenset[str], method: str = opts.method) -> bytes:
@@ -178,6 +186,7 @@ def quantize(opts: QuantOptions, frames: list | None = None) -> dict:
             "mean_cosine": opts.gate.mean_cosine,
             "min_cosine": opts.gate.min_cosine,
             "nn_agreement": opts.gate.nn_agreement,
+            "zero_shot_top1": opts.gate.zero_shot_top1 if text_ref else None,
             "resolutions": list(qdata.heldout),
         },
         "mean_cosine": round(w.mean_cosine, 7),
@@ -186,8 +195,15 @@ def quantize(opts: QuantOptions, frames: list | None = None) -> dict:
         "kl": float(f"{w.kl:.4g}"),
         "collapse": {
             "image": float(f"{w.collapse:.4g}"),
-            "text": None,
-            "text_note": "no text tower in this package; the image term only",
+            "text": crossmodal.text_term(),
+            "cmcd": float(f"{w.collapse + crossmodal.text_term():.4g}"),
+            "text_note": crossmodal.TEXT_TERM_NOTE,
+        },
+        "zero_shot": {
+            "top1_agreement": w.zero_shot_top1,
+            "kl": None if w.zero_shot_kl is None else float(f"{w.zero_shot_kl:.4g}"),
+            "note": text_note,
+            **(text_ref.describe() if text_ref else {}),
         },
         "per_resolution": {res: m.as_dict() for res, m in part.metrics.items()},
         "gate_by_runtime": by_runtime,

@@ -24,7 +24,8 @@ def markdown(r: dict) -> str:
         f"| min cosine vs FP32 | {r['min_cosine']:.6f} | >= {g['min_cosine']} |",
         f"| nearest-neighbour agreement | {r['nn_agreement']:.2%} | >= {g['nn_agreement']:.0%} |",
         f"| retrieval KL (logit scale 100) | {r['kl']:.3g} | (reported) |",
-        f"| collapse degree, image term | {r['collapse']['image']:.3g} | (reported; {r['collapse']['text_note']}) |",
+        f"| collapse degree, image term | {r['collapse']['image']:.3g} | (reported) |",
+        *_zero_shot_rows(r),
         "",
         "| resolution | mean cos | min cos | NN agreement | KL |",
         "|---|---|---|---|---|",
@@ -122,6 +123,21 @@ def runtime_rows(rows: dict) -> list[str]:
             f"| {'pass' if m['passed'] else 'FAIL'} |"
         )
     return out
+
+
+def _zero_shot_rows(r: dict) -> list[str]:
+    """The text term: zero-shot agreement on a fixed label set (or why it is missing) and the CMCD's two terms."""
+    c, zs = r["collapse"], r.get("zero_shot") or {}
+    rows = [f"| collapse degree, text term | {c['text']:.3g} | ({c['text_note']}) |",
+            f"| cross-modal collapse degree (CMCD, both terms) | {c['cmcd']:.3g} | (reported) |"]  # fmt: skip
+    if zs.get("top1_agreement") is None:
+        return [*rows, f"| zero-shot top-1 agreement | — | {zs.get('note', 'not computed')} |"]
+    return [
+        *rows,
+        f"| zero-shot top-1 agreement ({len(zs['labels'])} labels, FP32 text tower) | {zs['top1_agreement']:.2%} "
+        f"| >= {r['gate']['zero_shot_top1']:.0%} |",
+        f"| zero-shot score KL (logit scale {zs['logit_scale']:g}) | {zs['kl']:.3g} | (reported) |",
+    ]
 
 
 _ROLE_COLOURS = {"patch_embed": "C0", "qkv": "C1", "attn_out": "C2", "mlp_fc": "C3", "mlp_proj": "C4", "proj": "C5"}

@@ -34,23 +34,36 @@ VLM_ARGUMENTS = {
     "answer_topic": "openclaw_vision/VlmAnswer answers",
     "max_new_tokens": "longest answer, in tokens",
 }
-#: arguments that set a parameter of both nodes (the VLM reads what the encoder writes)
-SHARED = ("features_topic",)
+LABELS_ARGUMENTS = {
+    "labels": "comma-separated label set of the labels node",
+    "labels_topic": "openclaw_vision/VisualLabels topic",
+}
+#: arguments that also set a parameter of another node: the VLM and labels nodes read what the
+#: encoder writes, and the labels node's text tower must be of the encoder's model (its ids must match)
+VLM_SHARED = ("features_topic",)
+LABELS_SHARED = ("features_topic", "model")
+#: arguments taken as text whatever they look like ("yes" or "1" is a label, not a bool or an int)
+TEXT_ARGUMENTS = ("labels",)
 
 
 def user_overrides(values: Mapping[str, str], names) -> dict[str, Any]:
     """{parameter: typed value} for the arguments in `names` that the user set (not UNSET)."""
-    return {name: yaml.safe_load(values[name]) for name in names if values.get(name, UNSET) != UNSET}
+    return {
+        name: values[name] if name in TEXT_ARGUMENTS else yaml.safe_load(values[name])
+        for name in names
+        if values.get(name, UNSET) != UNSET
+    }
 
 
-def node_overrides(values: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(encoder parameters, VLM parameters) that the launch arguments `values` override."""
+def node_overrides(values: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """(encoder, VLM, labels node) parameters that the launch arguments `values` override."""
     encoder = user_overrides(values, ENCODER_ARGUMENTS)
-    vlm = user_overrides(values, (*VLM_ARGUMENTS, *SHARED))
-    return encoder, vlm
+    vlm = user_overrides(values, (*VLM_ARGUMENTS, *VLM_SHARED))
+    labels = user_overrides(values, (*LABELS_ARGUMENTS, *LABELS_SHARED))
+    return encoder, vlm, labels
 
 
 def argument_description(name: str) -> str:
     """What `ros2 launch ... --show-args` says about an overriding argument."""
-    what = {**ENCODER_ARGUMENTS, **VLM_ARGUMENTS}[name]
+    what = {**ENCODER_ARGUMENTS, **VLM_ARGUMENTS, **LABELS_ARGUMENTS}[name]
     return f"{what}; unset: the parameters file's value"

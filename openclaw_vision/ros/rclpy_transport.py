@@ -176,6 +176,16 @@ class RclpyTransport:
 
         self.node.add_on_set_parameters_callback(callback)
 
+    def set_parameters(self, values: dict) -> str | None:
+        """Set declared parameters together, the callbacks run once for all; None, or why they were refused.
+
+        rclpy (humble, rclpy/node.py): `Node.set_parameters_atomically(list[Parameter])` calls the
+        on-set callbacks once with the whole list and returns one SetParametersResult."""
+        from rclpy.parameter import Parameter
+
+        result = self.node.set_parameters_atomically([Parameter(k, value=v) for k, v in values.items()])
+        return None if result.successful else result.reason
+
     def close(self) -> None:
         import rclpy
 

@@ -105,6 +105,14 @@ class Node:
             results.append(self._set_atomically([param], None, check_read_only=True))
         return results
 
+    def set_parameters_atomically(self, parameter_list) -> SetParametersResult:
+        """Humble rclpy/node.py: every parameter declared (else ParameterNotDeclaredException, nothing
+        set), then one pass of descriptors and callbacks for the whole list: all set or none."""
+        missing = [p.name for p in parameter_list if p.name not in self._parameters]
+        if missing:
+            raise ParameterNotDeclaredException(missing)
+        return self._set_atomically(list(parameter_list), None, check_read_only=True)
+
     def add_on_set_parameters_callback(self, callback) -> None:
         self._parameters_callbacks.insert(0, callback)
 
