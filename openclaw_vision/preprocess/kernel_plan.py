@@ -218,7 +218,7 @@ class Taps:
     def from_matrices(cls, ms: list[np.ndarray], eps: float = 1e-9) -> Taps:
         """One common window per output row covering every term's non-zero span."""
         stacked = np.stack(ms + [np.zeros_like(ms[0])] * (TERMS - len(ms)), axis=1)  # (n_dst, TERMS, n_src)
-        n_dst, _, n_src = stacked.shape
+        n_src = stacked.shape[2]
         spans = []
         for row in np.abs(stacked).max(axis=1):
             nz = np.flatnonzero(row > eps)
@@ -294,7 +294,9 @@ def plan_job(
     rows_per_thread: int = ROWS_PER_THREAD,
 ) -> KernelJob:
     """The launch for one frame description (validated: a bad one raises FrameError)."""
-    code = check_frame(height, width, step, encoding, raw_nbytes(height, width, step, encoding) if nbytes is None else nbytes)
+    code = check_frame(
+        height, width, step, encoding, raw_nbytes(height, width, step, encoding) if nbytes is None else nbytes
+    )
     crop = pixel_crop(height, width, spec.size, code)
     rows, cols = _taps(crop[3] - crop[1], crop[2] - crop[0], spec.size, float(cpu.SHARPEN))
     scale, shift = spec.scale_shift()

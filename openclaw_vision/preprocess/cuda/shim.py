@@ -48,9 +48,25 @@ def build(out_dir: Path, rows_per_thread: int, sanitize: bool = True, opt: str =
 
 def _header(**fields: int) -> np.ndarray:
     order = (
-        "kind", "height", "width", "step", "encoding", "big_endian", "crop_x0", "crop_y0", "size", "y_count",
-        "x_count", "half_output", "src_bytes", "grid_x", "grid_y", "block_x", "block_y", "magic",
-    )  # fmt: skip
+        "kind",
+        "height",
+        "width",
+        "step",
+        "encoding",
+        "big_endian",
+        "crop_x0",
+        "crop_y0",
+        "size",
+        "y_count",
+        "x_count",
+        "half_output",
+        "src_bytes",
+        "grid_x",
+        "grid_y",
+        "block_x",
+        "block_y",
+        "magic",
+    )
     return np.array([fields.get(k, 0) for k in order], "<i8")
 
 
@@ -61,9 +77,16 @@ def preprocess_job(job: KernelJob, raw: np.ndarray, big_endian: bool = False, ha
         raise ValueError(f"{raw.size} bytes, the job reads {job.nbytes}")
     s = job.scalars(big_endian)
     head = _header(
-        kind=0, half_output=int(half), src_bytes=raw.size, grid_x=job.grid[0], grid_y=job.grid[1],
-        block_x=job.block[0], block_y=job.block[1], magic=MAGIC, **s,
-    )  # fmt: skip
+        kind=0,
+        half_output=int(half),
+        src_bytes=raw.size,
+        grid_x=job.grid[0],
+        grid_y=job.grid[1],
+        block_x=job.block[0],
+        block_y=job.block[1],
+        magic=MAGIC,
+        **s,
+    )
     parts = [
         head,
         job.rows.start.astype("<i4"),
@@ -82,9 +105,19 @@ def decode_job(height: int, width: int, step: int, code: int, nbytes: int, raw: 
     raw = np.ascontiguousarray(raw, np.uint8).reshape(-1)[:nbytes]
     gx, gy = -(-width // DECODE_BLOCK[0]), -(-height // DECODE_BLOCK[1])
     head = _header(
-        kind=1, height=height, width=width, step=step, encoding=code, big_endian=int(big_endian),
-        src_bytes=raw.size, grid_x=gx, grid_y=gy, block_x=DECODE_BLOCK[0], block_y=DECODE_BLOCK[1], magic=MAGIC,
-    )  # fmt: skip
+        kind=1,
+        height=height,
+        width=width,
+        step=step,
+        encoding=code,
+        big_endian=int(big_endian),
+        src_bytes=raw.size,
+        grid_x=gx,
+        grid_y=gy,
+        block_x=DECODE_BLOCK[0],
+        block_y=DECODE_BLOCK[1],
+        magic=MAGIC,
+    )
     return head.tobytes() + raw.tobytes()
 
 
