@@ -35,9 +35,10 @@ from openclaw_vision.preprocess.cpu import CpuPreprocessor
 from openclaw_vision.preprocess.cuda import SOURCE, compile_options, kernel_source
 from openclaw_vision.preprocess.cuda import shim as shimmod
 from openclaw_vision.preprocess.encodings import ENCODINGS, FrameError, to_rgb
-from openclaw_vision.preprocess.kernel_plan import NAMED_CODES, encoding_code, plan_job
+from openclaw_vision.preprocess.kernel_plan import encoding_code, plan_job
+from openclaw_vision.preprocess.pack import cpu_reference, every_encoding, opencv_rgb, pack, with_pitch
 from openclaw_vision.preprocess.spec import PreprocessSpec
-from openclaw_vision.sample_frames import pan_frames, rgb_to_yuv422
+from openclaw_vision.sample_frames import pan_frames
 
 pytestmark = pytest.mark.gpu_static
 
@@ -47,12 +48,6 @@ MAX_LEVELS = 3  # stated tolerance, kernel vs CPU path, per pixel and channel, i
 MEAN_LEVELS = 0.5
 MIN_COSINE = 0.9999
 TRT_VERSIONS = {10: "tensorrt-cu12-bindings==10.16.1.11", 11: "tensorrt-cu13-bindings==11.4.0.106"}
-BAYER_CV = {  # ROS name → OpenCV code (cv_bridge, humble: cv_bridge/src/cv_bridge.cpp 196-210)
-    "bayer_rggb8": cv2.COLOR_BayerBG2RGB,
-    "bayer_bggr8": cv2.COLOR_BayerRG2RGB,
-    "bayer_gbrg8": cv2.COLOR_BayerGR2RGB,
-    "bayer_grbg8": cv2.COLOR_BayerGB2RGB,
-}
 
 
 def _need(module: str):
@@ -64,77 +59,7 @@ def _need(module: str):
         pytest.fail(f"{module} is missing: `make setup` installs what the gpu_static tests need")
 
 
-# --- frames of every encoding ------------------------------------------------------------------
-
-
-def pack(rgb: np.ndarray, encoding: str, rng: np.random.Generator) -> tuple[np.ndarray, bool]:
-    """RGB → the encoding's rows of bytes (rows, row bytes), and whether it is big-endian."""
-    code = encoding_code(encoding)
-    h, w, _ = rgb.shape
-    if code in (0, 1, 2, 3):
-        px = rgb if code in (0, 2) else rgb[..., ::-1]
-        if code in (2, 3):
-            px = np.concatenate([px, rng.integers(0, 256, (h, w, 1), dtype=np.uint8)], axis=2)
-        return np.ascontiguousarray(px).reshape(h, -1), False
-    if code == 4:
-        return cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY), False
-    if code in (5, 6):
-        return rgb_to_yuv422(rgb, uyvy=code == 5).reshape(h, -1), False
-    if 7 <= code <= 10:
-        pattern = encoding[6:10].upper()  # bayer_rggb8 → RGGB, first row first
-        chan = {"R": 0, "G": 1, "B": 2}
-        out = np.empty((h, w), np.uint8)
-        for dy in (0, 1):
-            for dx in (0, 1):
-                out[dy::2, dx::2] = rgb[dy::2, dx::2, chan[pattern[2 * dy + dx]]]
-        return out, False
-    if code in (11, 12):
-        i420 = cv2.cvtColor(rgb, cv2.COLOR_RGB2YUV_I420).reshape(-1)  # Y plane, U plane, V plane
-        n = h * w
-        y = i420[:n].reshape(h, w)
-        u, v = i420[n : n + n // 4].reshape(h // 2, w // 2), i420[n + n // 4 :].reshape(h // 2, w // 2)
-        chroma = np.stack([u, v] if code == 11 else [v, u], axis=-1).reshape(h // 2, w)
-        return np.concatenate([y, chroma]), False
-    if code == 13:
-        gray = cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY).astype(np.int64) * 257
-        v = np.clip(gray + rng.integers(-128, 129, gray.shape), 0, 65535).astype(np.uint16)
-        big = bool(rng.integers(0, 2))
-        return v.astype(">u2" if big else "<u2").view(np.uint8).reshape(h, -1), big
-    raise AssertionError(encoding)
-
-
-def with_pitch(rows: np.ndarray, pad: int) -> tuple[np.ndarray, int]:
-    """Rows padded to step = row bytes + pad, the last row's padding cut off (as a tight buffer ends)."""
-    n, row = rows.shape
-    buf = np.zeros((n, row + pad), np.uint8)
-    buf[:, :row] = rows
-    return buf.reshape(-1)[: (row + pad) * (n - 1) + row].copy(), row + pad
-
-
-def opencv_rgb(rows: np.ndarray, encoding: str, big: bool, h: int, w: int) -> np.ndarray:
-    """The spec of the encodings the CPU path may not have yet, written with OpenCV."""
-    code = encoding_code(encoding)
-    if 7 <= code <= 10:
-        return cv2.cvtColor(rows, BAYER_CV[encoding])
-    if code in (11, 12):
-        return cv2.cvtColor(rows, cv2.COLOR_YUV2RGB_NV12 if code == 11 else cv2.COLOR_YUV2RGB_NV21)
-    if code == 13:
-        v = rows.view(">u2" if big else "<u2").astype(np.int64)
-        gray = np.floor(v / 257 + 0.5).astype(np.uint8)  # round(v / 257); never a tie
-        return np.repeat(gray[..., None], 3, axis=2)
-    raise AssertionError(encoding)
-
-
-def reference(raw: np.ndarray, rows: np.ndarray, h: int, w: int, step: int, encoding: str, big: bool, spec=SPEC):
-    """What the CPU path gives: itself for its own encodings, OpenCV + the CPU resize for the others."""
-    if encoding in ENCODINGS:
-        return CpuPreprocessor(spec)(Frame.from_buffer(raw.tobytes(), h, w, step, encoding))
-    return CpuPreprocessor(spec)(Frame.from_rgb(opencv_rgb(rows, encoding, big, h, w)))
-
-
-def every_encoding() -> list[str]:
-    """The CPU path's table (whatever it holds after merges) plus the ones the kernel already reads."""
-    return list(dict.fromkeys([*ENCODINGS, *NAMED_CODES]))
+# --- frames of every encoding (preprocess/pack.py) -----------------------------------------------
 
 
 def levels(t: np.ndarray, spec=SPEC) -> np.ndarray:
@@ -229,7 +154,7 @@ def test_decoding_is_opencv_bit_for_bit_for_every_encoding(shim_exe, h, w, pad):
         if enc in ENCODINGS:
             ref = to_rgb(Frame.from_buffer(raw.tobytes(), hh, ww, step, enc).pixels, enc)
         else:
-            ref = opencv_rgb(rows, enc, big, hh, ww)
+            ref = opencv_rgb(rows, enc, big)
         refs.append((enc, ref))
     for out, (enc, ref) in zip(shimmod.run(shim_exe, jobs), refs, strict=True):
         got = np.frombuffer(out, np.uint8).reshape(ref.shape)
@@ -250,7 +175,7 @@ def test_kernel_matches_the_cpu_path_at_1080p_for_every_encoding(shim_exe, tiny_
         raw, step = with_pitch(rows, 7)
         job = plan_job(1080, 1920, step, enc, SPEC, raw.size)
         jobs.append(shimmod.preprocess_job(job, raw, big, half=False))
-        refs.append(reference(raw, rows, 1080, 1920, step, enc, big))
+        refs.append(cpu_reference(raw, rows, 1080, 1920, step, enc, big, SPEC))
     outs = [np.frombuffer(o, np.float32).reshape(3, 224, 224) for o in shimmod.run(shim_exe, jobs)]
     enc_model = OnnxRuntimeEncoder(tiny_model, threads=2)
     a = enc_model.encode(np.stack(outs)).vectors
@@ -284,7 +209,7 @@ def test_kernel_matches_the_cpu_path_at_odd_sizes_and_pitches(shim_exe, h, w, pa
         raw, step = with_pitch(rows, pad)
         job = plan_job(hh, ww, step, enc, spec, raw.size)
         jobs.append(shimmod.preprocess_job(job, raw, big, half=False))
-        refs.append((enc, reference(raw, rows, hh, ww, step, enc, big, spec)))
+        refs.append((enc, cpu_reference(raw, rows, hh, ww, step, enc, big, spec)))
     for out, (enc, ref) in zip(shimmod.run(shim_exe, jobs), refs, strict=True):
         got = np.frombuffer(out, np.float32).reshape(3, size, size)
         d = np.abs(levels(got, spec) - levels(ref, spec))
@@ -740,3 +665,41 @@ def test_gpu_encoder_uses_its_input_buffer_without_a_copy_and_copies_host_batche
     np.testing.assert_allclose(one.vectors[0], got.vectors[1], atol=1e-5)
     with pytest.raises(Exception, match=r"expected pixels \(N, 3, 224, 224\)"):
         enc.encode(np.zeros((1, 3, 100, 100), np.float32))
+
+
+def test_the_encoder_node_lets_a_gpu_encoder_preprocess_into_its_own_buffer(tiny_model):
+    """The seam in encoder_node.py: a GPU encoder's frame_preprocessor replaces the CPU one, and the
+    tensor it fills is encoded without a copy (here the CPU path stands in for the CUDA kernel)."""
+    import time
+    from unittest import mock
+
+    from openclaw_vision.config import EncoderConfig
+    from openclaw_vision.encoders.torch_cuda import TorchCudaEncoder
+    from openclaw_vision.ros.encoder_node import EncoderNode
+
+    dev = HostDevice()
+    enc = TorchCudaEncoder(tiny_model, device=dev, max_batch=1)
+
+    def frame_preprocessor():
+        def fill(frame):
+            enc.input[0] = CpuPreprocessor()(frame)
+            return enc.input[0]
+
+        return fill
+
+    enc.frame_preprocessor = frame_preprocessor
+    node = EncoderNode(EncoderConfig(), mock.MagicMock(), enc)
+    frame = Frame.from_rgb(next(iter(pan_frames(1, 640, 480))))
+    node._encode_one(frame, mock.sentinel.header, time.perf_counter())
+    assert node.counters.snapshot()["encoded"] == 1 and node.counters.snapshot()["failed"] == 0
+    assert "upload" not in dev.calls and "copy" not in dev.calls
+    features = node.transport.msg.return_value.call_args.kwargs
+    assert features["header"] is mock.sentinel.header and features["dim"] == 32
+
+
+def test_build_engine_command_without_tensorrt_says_so(tiny_model, capsys):
+    from openclaw_vision import cli
+
+    assert cli.main(["build-engine", "--model-path", str(tiny_model)]) == 2
+    assert "TensorRT is not installed here" in capsys.readouterr().err
+    assert cli.main(["build-engine", "--model-path", str(tiny_model.with_name("missing.onnx"))]) == 2

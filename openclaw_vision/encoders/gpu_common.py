@@ -101,7 +101,7 @@ class BoundPreprocessor:
 
 
 class GpuEncoder:
-    """Buffers, encode() and frame_preprocessor() for a backend that implements `_enqueue(n)`."""
+    """Buffers, encode() and frame_preprocessor() for a backend that implements `enqueue(n)`."""
 
     backend = "gpu"
 
@@ -133,7 +133,8 @@ class GpuEncoder:
         self.output = device.empty((max_batch, self.embed_dim), np.float32)
         self.host_output = device.pinned((max_batch, self.embed_dim), np.float32)
 
-    def _enqueue(self, n: int) -> None:  # pragma: no cover - each backend implements it
+    def enqueue(self, n: int) -> None:  # pragma: no cover - each backend implements it
+        """Queue inference on the device stream for input rows [0, n) into output rows [0, n)."""
         raise NotImplementedError
 
     def frame_preprocessor(self) -> BoundPreprocessor:
@@ -160,7 +161,7 @@ class GpuEncoder:
         elif ptr != device_pointer(self.input) or np.dtype(pixels.dtype) != np.dtype(self.input.dtype):
             self.device.copy(self.input[:n], pixels)
         # else: the preprocessing kernel wrote straight into our input buffer
-        self._enqueue(n)
+        self.enqueue(n)
         self.device.download(self.output[:n], self.host_output[:n])
         self.device.synchronize()
         return Embedding(l2_normalise(self.host_output[:n].copy()), self.model_id)

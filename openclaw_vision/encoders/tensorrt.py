@@ -274,7 +274,7 @@ class TensorRTEncoder(GpuEncoder):
     def device_ptr(array: Any) -> int:
         return int(array.__cuda_array_interface__["data"][0])
 
-    def _enqueue(self, n: int) -> None:
+    def enqueue(self, n: int) -> None:
         s = self.image_size
         if n != self._batch:
             if not self.context.set_input_shape(self._in, (n, 3, s, s)):

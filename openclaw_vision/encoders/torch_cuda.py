@@ -56,7 +56,7 @@ class TorchCudaEncoder(GpuEncoder):
     def _forward(self, n: int) -> None:
         self._out_t[:n].copy_(self.graph(self._in_t[:n]).float())
 
-    def _enqueue(self, n: int) -> None:
+    def enqueue(self, n: int) -> None:
         torch = self._torch
         with torch.inference_mode(), self._stream_ctx():
             if not self._cuda_graphs:

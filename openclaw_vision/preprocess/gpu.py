@@ -178,18 +178,28 @@ class CudaPreprocessor:
         out: Any = None,
     ):
         """Preprocess raw image bytes described as in sensor_msgs/Image (one H2D copy, one launch)."""
+        plan = self.upload(data, height, width, step, encoding)
+        return self.launch(plan, big_endian, out)
+
+    def upload(self, data: np.ndarray | bytes | memoryview, height: int, width: int, step: int, encoding: str):
+        """Stage 1: validate and plan the frame, copy its bytes to the device (queued on `stream`)."""
         host = np.frombuffer(data, np.uint8) if not isinstance(data, np.ndarray) else data.reshape(-1).view(np.uint8)
         plan = self._plan(height, width, step, encoding, host.size)
-        job = plan.job
+        n = plan.job.nbytes
+        if self._staging.size < n:
+            self._staging = self._cp.empty(n, self._cp.uint8)
+        src = np.ascontiguousarray(host[:n])  # a view unless the caller's bytes were strided
+        self._staging.data.copy_from_host_async(ctypes.c_void_p(src.ctypes.data), n, self.stream)
+        return plan
+
+    def launch(self, plan: _DevicePlan, big_endian: bool = False, out: Any = None):
+        """Stage 2: the kernel, from the staged bytes into `out` (queued on `stream`)."""
         if out is None:
             out = self.output()
         s = self.spec.size
         if out.shape[-3:] != (3, s, s) or out.dtype != self.dtype or not out.flags.c_contiguous:
             raise ValueError(f"output must be a C-contiguous (3, {s}, {s}) {np.dtype(self.dtype).name} array")
-        if self._staging.size < job.nbytes:
-            self._staging = self._cp.empty(job.nbytes, self._cp.uint8)
-        src = np.ascontiguousarray(host[: job.nbytes])  # a view unless the caller's bytes were strided
-        self._staging.data.copy_from_host_async(ctypes.c_void_p(src.ctypes.data), job.nbytes, self.stream)
+        job = plan.job
         args = kernel_arguments(job, self._staging, plan.tables, out, self.half, big_endian)
         with self.stream:
             self._kernel(job.grid, job.block, args)
