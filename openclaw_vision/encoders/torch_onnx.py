@@ -82,7 +82,7 @@ class OnnxTorchGraph:
         """A value as a float torch tensor on the run device (host integers become floats)."""
         if _is_t(x):
             return x
-        return torch.as_tensor(np.asarray(x), dtype=self._dtype, device=self._dev)
+        return torch.as_tensor(np.array(x), dtype=self._dtype, device=self._dev)  # a copy: torch wants it writable
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         env = dict(self.consts)
@@ -209,29 +209,35 @@ def _cast(g, xs, a):
 
 
 def _axis_view(v: Any, axis: int, rank: int, g) -> Any:
-    """A per-axis scale or zero point shaped to broadcast along `axis` of a rank-`rank` tensor."""
+    """A scale or zero point ready to broadcast along `axis` of a rank-`rank` tensor.
+
+    A single value becomes a Python float (no host-to-device copy per call, so a CUDA graph can
+    capture the op); a per-channel vector becomes a tensor shaped (1, …, C, …, 1)."""
+    if not _is_t(v):
+        arr = np.asarray(v, np.float32)
+        if arr.size == 1:
+            return float(arr.reshape(-1)[0])
+    elif v.numel() == 1:
+        return v.reshape(())  # already on the device
     v = g._tensor(v)
-    if v.ndim == 1 and v.numel() > 1:
-        shape = [1] * rank
-        shape[axis % rank] = -1
-        v = v.reshape(shape)
-    return v
+    shape = [1] * rank
+    shape[axis % rank] = -1
+    return v.reshape(shape)
 
 
 def _quantize(g, xs, a):
     x = g._tensor(xs[0])
-    zp_np = np.asarray(xs[2]) if len(xs) > 2 and xs[2] is not None else np.zeros((), np.uint8)
-    lo, hi = (-128, 127) if zp_np.dtype == np.int8 else (0, 255)
+    zp = np.asarray(xs[2]) if len(xs) > 2 and xs[2] is not None else np.zeros((), np.uint8)
+    lo, hi = (-128, 127) if zp.dtype == np.int8 else (0, 255)
     axis = a.get("axis", 1)
-    scale = _axis_view(xs[1], axis, x.ndim, g)
-    zp = _axis_view(zp_np.astype(np.float32), axis, x.ndim, g)
-    return torch.clamp(torch.round(x / scale) + zp, lo, hi)  # integral values, kept as floats
+    q = torch.round(x / _axis_view(xs[1], axis, x.ndim, g)) + _axis_view(zp, axis, x.ndim, g)
+    return torch.clamp(q, lo, hi)  # integral values, kept as floats
 
 
 def _dequantize(g, xs, a):
     x = g._tensor(xs[0].astype(np.float32) if not _is_t(xs[0]) else xs[0])
     axis = a.get("axis", 1)
-    zp = np.asarray(xs[2]).astype(np.float32) if len(xs) > 2 and xs[2] is not None else np.zeros((), np.float32)
+    zp = np.asarray(xs[2]) if len(xs) > 2 and xs[2] is not None else np.zeros((), np.float32)
     return (x - _axis_view(zp, axis, x.ndim, g)) * _axis_view(xs[1], axis, x.ndim, g)
 
 
