@@ -703,3 +703,17 @@ def test_build_engine_command_without_tensorrt_says_so(tiny_model, capsys):
     assert cli.main(["build-engine", "--model-path", str(tiny_model)]) == 2
     assert "TensorRT is not installed here" in capsys.readouterr().err
     assert cli.main(["build-engine", "--model-path", str(tiny_model.with_name("missing.onnx"))]) == 2
+
+
+def test_the_gpu_path_reads_a_frames_bytes_in_place_with_their_row_step():
+    from openclaw_vision.preprocess.gpu import raw_bytes
+
+    rows, _ = pack(np.arange(5 * 7 * 3, dtype=np.uint8).reshape(5, 7, 3), "bgr8", np.random.default_rng(0))
+    raw, step = with_pitch(rows, 11)
+    frame = Frame.from_buffer(raw, 5, 7, step, "bgr8")
+    flat, got_step = raw_bytes(frame)
+    assert got_step == step == 32 and flat.size == raw.size
+    assert np.shares_memory(flat, raw) and np.array_equal(flat, raw)
+    other = Frame(np.arange(12, dtype=np.uint16).reshape(3, 4), "mono16")  # not a byte view: copied, tight rows
+    flat, got_step = raw_bytes(other)
+    assert got_step == 8 and flat.tobytes() == other.pixels.tobytes()

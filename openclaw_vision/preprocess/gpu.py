@@ -69,15 +69,20 @@ def kernel_arguments(
 
 
 def raw_bytes(frame: Frame) -> tuple[np.ndarray, int]:
-    """(flat uint8 view from the frame's first byte, row step) without copying when the view allows it."""
+    """(flat uint8 view from the frame's first byte to its last, row step), without a copy when it can.
+
+    The CPU path's frames are (H, W, bytes per pixel) uint8 views of the message's buffer with the
+    message's row step: the raw bytes are read in place. Any other layout is made contiguous first.
+    """
     px = frame.pixels
-    h, w, bpp = px.shape
-    if px.strides[1:] == (bpp, 1) and px.strides[0] >= w * bpp:
-        step = px.strides[0]
-        n = step * (h - 1) + w * bpp
-        return np.lib.stride_tricks.as_strided(px, shape=(n,), strides=(1,), writeable=False), step
-    flat = np.ascontiguousarray(px).reshape(-1)
-    return flat, w * bpp
+    if px.dtype == np.uint8 and px.ndim == 3:
+        h, w, bpp = px.shape
+        if px.strides[1:] == (bpp, 1) and px.strides[0] >= w * bpp:
+            step = px.strides[0]
+            n = step * (h - 1) + w * bpp
+            return np.lib.stride_tricks.as_strided(px, shape=(n,), strides=(1,), writeable=False), step
+    flat = np.ascontiguousarray(px).reshape(-1).view(np.uint8)
+    return flat, flat.size // max(frame.height, 1)
 
 
 @lru_cache(maxsize=4)
