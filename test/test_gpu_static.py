@@ -192,8 +192,8 @@ def test_kernel_matches_the_cpu_path_at_1080p_for_every_encoding(shim_exe, tiny_
 
 @pytest.mark.parametrize(
     ("h", "w", "pad", "size"),
-    [(481, 643, 13, 224), (241, 317, 3, 224), (150, 97, 1, 224), (1081, 1919, 9, 224), (720, 1280, 0, 230)],
-    ids=["halving-odd", "area-only", "upsampling", "odd-1080p", "size-230"],
+    [(481, 643, 13, 224), (241, 317, 3, 224), (150, 97, 1, 224), (500, 701, 0, 230)],
+    ids=["halving-odd", "area-only", "upsampling", "size-230"],
 )
 def test_kernel_matches_the_cpu_path_at_odd_sizes_and_pitches(shim_exe, h, w, pad, size):
     """Odd sizes (a crop that is not on pixel pairs), padded rows, enlarging, a size not divisible by the row group."""
@@ -614,16 +614,17 @@ class _FakeEncoder:
         self.backend = backend
 
 
-def test_auto_probes_do_not_import_torch_without_a_gpu(monkeypatch):
-    """On CPU machines `auto` must not pay torch's import just to learn there is no GPU."""
-    import openclaw_vision.encoders as encs
-
-    monkeypatch.setitem(sys.modules, "cupy", None)  # as if CuPy were absent
-    before = "torch" in sys.modules
-    reasons = {name: probe() for name, probe in encs.AUTO_ORDER}
-    assert reasons["onnxruntime"] is None
-    assert "CuPy is not installed" in reasons["torch"]
-    assert ("torch" in sys.modules) == before
+def test_auto_probes_do_not_import_torch_without_a_gpu():
+    """On CPU machines `auto` must not pay torch's import (seconds, hundreds of MB) to learn there is no GPU."""
+    code = (
+        "import json, sys; sys.modules['cupy'] = None; "  # as if CuPy were not installed
+        "import openclaw_vision.encoders as e; r = {n: p() for n, p in e.AUTO_ORDER}; "
+        "print(json.dumps([r, 'torch' in sys.modules]))"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    reasons, torch_imported = json.loads(res.stdout.strip().splitlines()[-1])
+    assert reasons["onnxruntime"] is None and "CuPy is not installed" in reasons["torch"]
+    assert not torch_imported
 
 
 def test_torch_graph_runs_our_onnx_as_onnx_runtime_does(tiny_model, int8_model):
