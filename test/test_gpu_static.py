@@ -718,3 +718,17 @@ def test_the_gpu_path_reads_a_frames_bytes_in_place_with_their_row_step():
     other = Frame(np.arange(12, dtype=np.uint16).reshape(3, 4), "mono16")  # not a byte view: copied, tight rows
     flat, got_step = raw_bytes(other)
     assert got_step == 8 and flat.tobytes() == other.pixels.tobytes()
+
+
+def test_the_kernel_source_is_installed_with_the_package():
+    """pip installs preprocess/cuda/*.cu via package_data; colcon's ament_python_install_package copies the
+    whole package folder (ament/ament_cmake, humble, ament_cmake_python/cmake/ament_python_install_package.cmake
+    lines 181-186: install(DIRECTORY <package>/ ... PATTERN *.pyc EXCLUDE))."""
+    import configparser
+    import fnmatch
+
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    patterns = [p.strip() for p in cfg["options.package_data"]["openclaw_vision.preprocess.cuda"].split(",")]
+    for f in ("preprocess.cu", "shim.h", "shim_main.cpp"):
+        assert (SOURCE.parent / f).is_file() and any(fnmatch.fnmatch(f, p) for p in patterns), f
