@@ -73,6 +73,9 @@ def test_vlm_node_answers_about_the_newest_frame_and_counts_every_prompt(dds_dom
             prompt_pub.publish(t.msg(STRING)(data=text))
 
         ask("anything there?")  # no features yet: rejected, counted, logged
+        # prompts and features are separate topics: under load this prompt could reach the node after
+        # the features below, so wait until the node has rejected it (its log says so)
+        _wait(lambda: "rejected prompt 'anything there?'" in node.log_text(), 60)
         features(100)
         features(101, dim=7)  # wrong width: rejected, the frame of sec 100 stays the newest
         ask("Is the door open?")
