@@ -10,6 +10,11 @@ STAMP := $(VENV)/.installed-$(shell (cat setup.cfg setup.py pyproject.toml; echo
 # DDS never leaves this machine: loopback interface, no multicast.
 export CYCLONEDDS_URI := file://$(CURDIR)/config/cyclonedds-loopback.xml
 
+# TensorRT's Python bindings, 10.x and 11.x, each in a folder of its own (both are the module
+# `tensorrt_bindings`): the gpu_static tests import them over stub libraries, no TensorRT runtime.
+TRT_BINDINGS := 10=tensorrt-cu12-bindings==10.16.1.11 11=tensorrt-cu13-bindings==11.4.0.106
+TRT_STAMP := $(VENV)/trt/.installed-$(shell echo $(TRT_BINDINGS) | sha1sum | cut -c1-10)
+
 .PHONY: setup demo test lint clean
 
 # open_clip_torch: its SimpleTokenizer is the tests' reference and its wheel holds CLIP's BPE merges
@@ -22,7 +27,12 @@ $(STAMP):
 	$(PY) -m pip install -q --no-deps 'open_clip_torch==$(OPEN_CLIP_VERSION)'
 	touch $@
 
-setup: $(STAMP)
+$(TRT_STAMP): $(STAMP)
+	rm -rf $(VENV)/trt
+	for b in $(TRT_BINDINGS); do $(PY) -m pip install -q --no-deps --target $(VENV)/trt/$${b%%=*} $${b#*=}; done
+	touch $@
+
+setup: $(STAMP) $(TRT_STAMP)
 
 demo: setup
 	$(PY) -m openclaw_vision.cli demo --out out/demo

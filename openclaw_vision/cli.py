@@ -259,6 +259,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_build_engine(args: argparse.Namespace) -> int:
+    from .encoders.engine_cache import BuildOptions
+    from .encoders.tensorrt import build_engine_cli
+
+    path = args.model_path or default_model_path(args.model, args.precision)
+    if not path.is_file():
+        print(f"build-engine: {path} not found (make it with `openclaw-vision quantize` / `export`)", file=sys.stderr)
+        return 2
+    opts = BuildOptions(max_batch=args.max_batch, workspace_mb=args.workspace_mb, typing=args.typing)
+    return build_engine_cli(path, opts, args.cache_dir, args.force)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .quant.evaluate import GateSpec
 
@@ -419,6 +431,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="latency P50/P95/P99 per stage, side by side with the usual baselines")
     add_bench_arguments(p)
     p.set_defaults(fn=cmd_bench)
+
+    p = sub.add_parser("build-engine", help="build (once) the cached TensorRT engine the tensorrt backend loads")
+    p.add_argument("--model", default="ViT-B-32")
+    p.add_argument("--precision", default="int8", help="which built model of --model (int8: the Q/DQ one)")
+    p.add_argument("--model-path", type=Path, default=None, help="an ONNX file instead")
+    p.add_argument("--max-batch", type=int, default=8)
+    p.add_argument("--workspace-mb", type=int, default=1024)
+    p.add_argument("--typing", choices=("auto", "strong", "int8+fp16"), default="auto")
+    p.add_argument("--cache-dir", type=Path, default=None, help="default: ~/.cache/openclaw_vision/engines")
+    p.add_argument("--force", action="store_true", help="rebuild even if a valid engine is cached")
+    p.set_defaults(fn=cmd_build_engine)
 
     p = sub.add_parser("demo", help="build the default model and a sample bag, replay it through the node")
     p.add_argument("--out", type=Path, default=Path("out/demo"))

@@ -3,15 +3,21 @@
 
     bash scripts/gpu_check.sh            # writes $OUT/gpu_check.json (or out/gpu_check.json)
 
-Checks, each printed and saved:
+Section "vision" (scripts/gpu_check_vision.py; runs first): the fused CUDA preprocessing kernel
+against the CPU path on 1080p frames of every encoding, the GPU encoder's embeddings against ORT
+FP32, 1080p latency per stage (H2D, kernel, encode, D2H) beside the CPU path, kernel time per
+launch variant, and the TensorRT runner if TensorRT imports there (else it says so).
+
+Section "vlm", each printed and saved:
 1. the VLM decoder on CuPy gives NumPy's logits (tiny shape, prefill then decode through the
    paged cache; float32, max |difference|);
 2. TinyLlama-1.1B shape on CuPy, float16 and float32 weights: prefill tokens/s (128 tokens) and
    decode tokens/s, beside transformers' LlamaForCausalLM on CUDA (float16), same weights and ids;
 3. the decode roofline on this GPU: weight bytes per token ÷ measured device copy bandwidth.
 
-`--dry-run` runs the same code with NumPy in place of CuPy at the tiny shape only, so the script
-itself is tested on machines without a GPU (test_gpu_check.py).
+`--dry-run` runs the same code with NumPy in place of CuPy at the tiny shape only (and the
+kernel compiled for the CPU), so the script itself is tested on machines without a GPU
+(test_gpu_check.py). The JSON is rewritten after each section: a run cut short keeps what it had.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from openclaw_vision.vlm.config import get_llm_config
 from openclaw_vision.vlm.decoder import LlamaDecoder, PagedKVCache
@@ -139,7 +146,31 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dry-run", action="store_true", help="NumPy in place of CuPy, tiny shape only")
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "out")))
+    ap.add_argument("--sections", default="vision,vlm", help="comma-separated: vision, vlm")
+    ap.add_argument("--vision-budget", type=float, default=240, help="seconds before optional vision parts are skipped")
     args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    report: dict = {}
+    passed = True
+
+    def save() -> None:
+        (args.out / "gpu_check.json").write_text(json.dumps(report, indent=2))
+
+    sections = args.sections.split(",")
+    if "vision" in sections:
+        import gpu_check_vision
+
+        report["vision"] = gpu_check_vision.run(args.dry_run, args.vision_budget)
+        passed &= report["vision"]["passed"]
+        save()
+    if "vlm" in sections:
+        report.update(vlm_check(args))
+        passed &= report["equality"]["passed"]
+        save()
+    return 0 if passed else 1
+
+
+def vlm_check(args: argparse.Namespace) -> dict:
     if args.dry_run:
         xp, shape, prompt, steps = np, "tiny", 32, 8
     else:
@@ -165,9 +196,7 @@ def main() -> int:
             print("transformers fp16:", result["transformers_fp16"], flush=True)
         except Exception as err:  # report, keep the rest of the results
             result["transformers_fp16"] = {"error": repr(err)}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "gpu_check.json").write_text(json.dumps(result, indent=2))
-    return 0 if result["equality"]["passed"] else 1
+    return result
 
 
 if __name__ == "__main__":

@@ -57,7 +57,7 @@ def test_auto_picks_openvino_on_x86_and_says_why(tiny_model, caplog):
     with caplog.at_level(logging.INFO, logger="openclaw_vision.encoders"):
         enc = create_encoder("auto", tiny_model, threads=1)
     assert enc.backend == "openvino"
-    assert "encoder backend openvino (auto, first usable of openvino > onnxruntime: x86_64, openvino" in caplog.text
+    assert "encoder backend openvino (auto, first usable of tensorrt > torch > openvino > onnxruntime: x86_64, openvino" in caplog.text
 
 
 def test_auto_falls_back_to_onnxruntime_with_the_reason_when_openvino_is_missing(tiny_model, monkeypatch, caplog):
@@ -65,7 +65,7 @@ def test_auto_falls_back_to_onnxruntime_with_the_reason_when_openvino_is_missing
     monkeypatch.setattr("openclaw_vision.encoders.AUTO_ORDER", order)
     with caplog.at_level(logging.INFO, logger="openclaw_vision.encoders"):
         enc = create_encoder("auto", tiny_model)
-    assert enc.backend == "onnxruntime" and "skipped openvino: not installed (test)" in caplog.text
+    assert enc.backend == "onnxruntime" and "openvino: not installed (test)" in caplog.text
 
 
 def test_int8_gate_is_measured_on_each_runtime_and_written_into_the_model(tiny_int8):
@@ -108,7 +108,7 @@ def test_an_int8_model_runs_on_openvino_only_where_its_gate_passed(tiny_int8, tm
         create_encoder("openvino", failed)
     with caplog.at_level(logging.INFO, logger="openclaw_vision.encoders"):
         assert create_encoder("auto", failed).backend == "onnxruntime"
-    assert "skipped openvino: tiny@random-seed0 (INT8) failed its accuracy gate on openvino" in caplog.text
+    assert "openvino: tiny@random-seed0 (INT8) failed its accuracy gate on openvino" in caplog.text
 
     never = _with_gate(path, tmp_path / "never.onnx", None)  # quantised before per-runtime gates
     assert create_encoder("auto", never).backend == "onnxruntime"
@@ -129,7 +129,7 @@ def test_auto_runs_a_gated_int8_model_on_openvino_only_with_int8_dot_product_uni
     monkeypatch.setattr("openclaw_vision.encoders.openvino.int8_dot_units", lambda: [])
     with caplog.at_level(logging.INFO, logger="openclaw_vision.encoders"):
         assert create_encoder("auto", path).backend == "onnxruntime"
-    assert "skipped openvino: INT8 on a CPU without VNNI/AMX" in caplog.text
+    assert "openvino: INT8 on a CPU without VNNI/AMX" in caplog.text
     assert create_encoder("openvino", path).backend == "openvino"  # an explicit choice is obeyed
 
 

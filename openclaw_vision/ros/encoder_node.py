@@ -56,7 +56,9 @@ class EncoderNode:
         self.cfg = cfg
         self.transport = transport
         self.encoder = encoder
-        self.preprocess = CpuPreprocessor(PreprocessSpec(size=encoder.image_size))
+        # a GPU encoder preprocesses frames itself, into its own input buffer (gpu_common.py)
+        gpu_pre = getattr(encoder, "frame_preprocessor", None)
+        self.preprocess = gpu_pre() if gpu_pre else CpuPreprocessor(PreprocessSpec(size=encoder.image_size))
         self.counters = Counters(COUNTS)
         self.times = StageTimes(STAGES)
         self._slot = LatestSlot()
