@@ -6,6 +6,7 @@ import struct
 
 import numpy as np
 import pytest
+from dds_helpers import wait_until
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -118,17 +119,6 @@ def test_a_data_length_beyond_the_sample_raises():
         cdr.parse_image(lying)
 
 
-def _wait(pred, timeout: float = 30.0) -> bool:
-    import time
-
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.02)
-    return False
-
-
 @pytest.mark.dds
 @pytest.mark.parametrize("zero_copy", [True, False])
 def test_cyclone_transport_hands_over_views_and_publishes_raw_bytes(dds_domain, monkeypatch, zero_copy):
@@ -158,12 +148,12 @@ def test_cyclone_transport_hands_over_views_and_publishes_raw_bytes(dds_domain, 
             t.publisher("/probe/image", IMAGE, QoS()),
             t.publisher("/probe/image/compressed", COMPRESSED_IMAGE, QoS()),
         ]
-        assert _wait(lambda: all(p.matched() for p in pubs) and all(s.matched() for s in subs))
+        wait_until(lambda: all(p.matched() for p in pubs) and all(s.matched() for s in subs))
         pixels = bytes(range(256)) * 30 + b"\x01"  # 7681 bytes: an odd length is padded on the wire
         for i in range(5):
             pubs[0].publish(cdr.image_cdr(3, i, "cam", 1, 7681, "mono8", 0, 7681, pixels))
         pubs[1].publish(cdr.compressed_image_cdr(5, 6, "cam", "jpeg", b"\xff\xd8\xff\xd9"))
-        assert _wait(lambda: len(got[IMAGE]) == 5 and got[COMPRESSED_IMAGE]), got
+        wait_until(lambda: len(got[IMAGE]) == 5 and bool(got[COMPRESSED_IMAGE]), what="5 images and a compressed one")
         img, dt = got[IMAGE][0]
         assert isinstance(img, cdr.ImageView) and isinstance(img.data, memoryview) and dt >= 0
         assert bytes(img.data) == pixels and (img.width, img.encoding) == (7681, "mono8")

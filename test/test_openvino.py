@@ -57,7 +57,10 @@ def test_auto_picks_openvino_on_x86_and_says_why(tiny_model, caplog):
     with caplog.at_level(logging.INFO, logger="openclaw_vision.encoders"):
         enc = create_encoder("auto", tiny_model, threads=1)
     assert enc.backend == "openvino"
-    assert "encoder backend openvino (auto, first usable of tensorrt > torch > openvino > onnxruntime: x86_64, openvino" in caplog.text
+    assert (
+        "encoder backend openvino (auto, first usable of tensorrt > torch > openvino > onnxruntime: x86_64, openvino"
+        in caplog.text
+    )
 
 
 def test_auto_falls_back_to_onnxruntime_with_the_reason_when_openvino_is_missing(tiny_model, monkeypatch, caplog):

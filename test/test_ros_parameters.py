@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import logging
 import sys
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from dds_helpers import Inbox, wait_until
 
 from openclaw_vision.config import ConfigError, EncoderConfig, VlmConfig
 from openclaw_vision.ros import encoder_node, vlm_node
@@ -232,29 +231,6 @@ def test_the_rclpy_subscription_can_be_closed_to_change_its_qos(fake_rclpy):
 
 
 # --- the nodes' reconfigure, on the Cyclone path (no parameter services there: a direct call) -------
-class Inbox:
-    def __init__(self) -> None:
-        self.items: list = []
-        self.cond = threading.Condition()
-
-    def __call__(self, msg, _s) -> None:
-        with self.cond:
-            self.items.append(msg)
-            self.cond.notify_all()
-
-    def wait(self, n: int, timeout: float = 60.0) -> list:
-        with self.cond:
-            assert self.cond.wait_for(lambda: len(self.items) >= n, timeout), f"got {len(self.items)} of {n}"
-            return list(self.items)
-
-
-def _until(pred, timeout: float = 30.0) -> None:
-    end = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < end, "timed out"
-        time.sleep(0.05)
-
-
 @pytest.mark.dds
 def test_the_encoder_node_changes_run_time_parameters_while_it_runs(dds_domain, tiny_model):
     from openclaw_vision.bags import serialize_image
@@ -271,7 +247,7 @@ def test_the_encoder_node_changes_run_time_parameters_while_it_runs(dds_domain, 
         test_t.subscribe("/visual_features", VISUAL_FEATURES, DEFAULT, features)
         test_t.subscribe("/diagnostics", DIAGNOSTIC_ARRAY, DEFAULT, diags)
         images = test_t.publisher("/camera/image_raw", IMAGE, DEFAULT)
-        _until(lambda: images.matched() == 1)
+        wait_until(lambda: images.matched() == 1)
 
         def send(i: int) -> None:
             rgb = np.full((48, 64, 3), 40 * i, np.uint8)
@@ -281,7 +257,7 @@ def test_the_encoder_node_changes_run_time_parameters_while_it_runs(dds_domain, 
         features.wait(1)
         assert node.reconfigure({"depth": 3}).depth == 3
         # the new reader is matched and the old one has left the topic (else the writer would see two)
-        _until(lambda: node._images.matched() == 1)
+        wait_until(lambda: node._images.matched() == 1)
         assert images.matched() == 1
         send(2)
         assert [f.header.stamp.nanosec for f in features.wait(2)] == [1, 2]
@@ -318,12 +294,12 @@ def test_the_vlm_node_takes_sampling_changes_between_answers(dds_domain):
         test_t.subscribe("/vlm/answer", vlm_node.VLM_ANSWER, DEFAULT, answers)
         feats = test_t.publisher("/visual_features", VISUAL_FEATURES, DEFAULT)
         prompts = test_t.publisher("/vlm/prompt", STRING, DEFAULT)
-        _until(lambda: feats.matched() == 1 and prompts.matched() == 1)
+        wait_until(lambda: feats.matched() == 1 and prompts.matched() == 1)
         header = test_t.msg(HEADER)(stamp=test_t.msg(TIME)(sec=1, nanosec=0), frame_id="cam")
         vec = np.ones(32, np.float32) / np.sqrt(32)
         feats.publish(test_t.msg(VISUAL_FEATURES)(header=header, model_id="m", dim=32,
                                                   embedding=test_t.float_array(vec)))  # fmt: skip
-        _until(lambda: node.counters.snapshot()["features"] == 1)
+        wait_until(lambda: node.counters.snapshot()["features"] == 1)
 
         node.reconfigure({"temperature": 0.8, "top_p": 0.9, "max_new_tokens": 2})
         assert node.pipeline.max_new_tokens == 4  # not during an answer: the worker takes it before the next one

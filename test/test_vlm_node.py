@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 
 import numpy as np
 import pytest
+from dds_helpers import Inbox, wait_until
 
 from openclaw_vision.ros.diagnostics import status_values
 from openclaw_vision.ros.process import NodeProcess
@@ -16,29 +16,6 @@ from openclaw_vision.ros.vlm_node import STATUS_NAME
 
 pytestmark = [pytest.mark.vlm, pytest.mark.dds]
 ANSWER = "openclaw_vision/msg/VlmAnswer"
-
-
-class Inbox:
-    def __init__(self) -> None:
-        self.items: list = []
-        self.cond = threading.Condition()
-
-    def __call__(self, msg, _s) -> None:
-        with self.cond:
-            self.items.append(msg)
-            self.cond.notify_all()
-
-    def wait(self, n: int, timeout: float = 60.0) -> list:
-        with self.cond:
-            assert self.cond.wait_for(lambda: len(self.items) >= n, timeout), f"got {len(self.items)} of {n}"
-            return list(self.items)
-
-
-def _wait(pred, timeout: float = 30.0) -> None:
-    end = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < end, "timed out"
-        time.sleep(0.05)
 
 
 def test_vlm_node_answers_about_the_newest_frame_and_counts_every_prompt(dds_domain, tmp_path):
@@ -71,10 +48,10 @@ def test_vlm_node_answers_about_the_newest_frame_and_counts_every_prompt(dds_dom
                     values = [status_values(m, STATUS_NAME) for m in diagnostics.items]
                 return any(v is not None and int(v.get(key, 0)) >= n for v in values)
 
-            _wait(reached, 60)
+            wait_until(reached, 60)
 
         ends = [feats_pub, prompt_pub, *subs]  # both directions matched before anything is sent
-        _wait(lambda: all(e.matched() for e in ends) or not node.alive(), 60)
+        wait_until(lambda: all(e.matched() for e in ends) or not node.alive(), 60)
         assert node.alive(), node.log_text()
 
         def features(sec: int, dim: int = 32, seed: int = 0):

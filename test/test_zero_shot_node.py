@@ -4,11 +4,11 @@ header; the label set changed while it runs; other models' features refused; eve
 from __future__ import annotations
 
 import json
-import threading
 import time
 
 import numpy as np
 import pytest
+from dds_helpers import Inbox, wait_until
 
 from openclaw_vision.ros.process import NodeProcess
 from openclaw_vision.ros.transport import DEFAULT, DIAGNOSTIC_ARRAY, HEADER, STRING, TIME, VISUAL_FEATURES, QoS
@@ -17,29 +17,6 @@ from openclaw_vision.text.encoder import TextEncoder
 pytestmark = pytest.mark.dds
 LABELS = "openclaw_vision/msg/VisualLabels"
 STATUS = "zero_shot_node: labels"
-
-
-class Inbox:
-    def __init__(self) -> None:
-        self.items: list = []
-        self.cond = threading.Condition()
-
-    def __call__(self, msg, _s) -> None:
-        with self.cond:
-            self.items.append(msg)
-            self.cond.notify_all()
-
-    def wait_for(self, pred, timeout: float = 60.0, what: str = "message") -> list:
-        with self.cond:
-            assert self.cond.wait_for(lambda: pred(self.items), timeout), f"timed out waiting for {what}"
-            return list(self.items)
-
-
-def _wait(pred, timeout: float = 60.0) -> None:
-    end = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < end, "timed out"
-        time.sleep(0.05)
 
 
 def _status(msgs) -> list[dict]:
@@ -71,7 +48,7 @@ def test_labels_node_scores_features_with_their_header_and_takes_new_labels_at_r
         labels, diag = Inbox(), Inbox()
         subs = [t.subscribe("/visual_labels", LABELS, DEFAULT, labels),
                 t.subscribe("/diagnostics", DIAGNOSTIC_ARRAY, QoS("reliable", 1), diag)]  # fmt: skip
-        _wait(lambda: all(e.matched() for e in (feats, setter, *subs)) or not node.alive())
+        wait_until(lambda: all(e.matched() for e in (feats, setter, *subs)) or not node.alive())
         assert node.alive(), node.log_text()
 
         def send(sec: int, vec: np.ndarray, model: str = "tiny@random-seed0") -> None:

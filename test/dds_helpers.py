@@ -1,0 +1,44 @@
+"""What the DDS tests share: an inbox that a subscription fills, and waiting for a condition.
+
+Tests never sleep for a fixed time to let something happen: they wait, with a generous deadline,
+until it has happened (a loaded CI machine can be slow, never wrong).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+
+class Inbox:
+    """A subscription callback that keeps every message, and waits for them."""
+
+    def __init__(self) -> None:
+        self.items: list = []
+        self.cond = threading.Condition()
+
+    def __call__(self, msg, _deserialize_s: float) -> None:
+        with self.cond:
+            self.items.append(msg)
+            self.cond.notify_all()
+
+    def wait(self, n: int, timeout: float = 60.0) -> list:
+        """The messages so far, once there are at least `n`."""
+        with self.cond:
+            assert self.cond.wait_for(lambda: len(self.items) >= n, timeout), f"got {len(self.items)} of {n}"
+            return list(self.items)
+
+    def wait_for(self, pred: Callable[[list], bool], timeout: float = 60.0, what: str = "message") -> list:
+        """The messages so far, once `pred(messages)` holds."""
+        with self.cond:
+            assert self.cond.wait_for(lambda: pred(self.items), timeout), f"timed out waiting for {what}"
+            return list(self.items)
+
+
+def wait_until(pred: Callable[[], bool], timeout: float = 60.0, what: str = "condition") -> None:
+    """Poll `pred` until it holds; fail the test after `timeout` seconds."""
+    end = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < end, f"timed out waiting for {what}"
+        time.sleep(0.02)
