@@ -43,11 +43,10 @@ def _ensure_bag(path: Path, frames: int, fps: float) -> None:
 
 
 def _gate_of(model_path: Path) -> dict | None:
-    """The accuracy gate the INT8 model passed when it was built (saved in its metadata)."""
-    import onnxruntime as ort
+    """The accuracy gate the INT8 model passed when it was built (saved in its metadata; weights not read)."""
+    from .models.onnx_files import read_metadata
 
-    meta = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"]).get_modelmeta()
-    gate = meta.custom_metadata_map.get("quant_gate")
+    gate = read_metadata(model_path).get("quant_gate")
     return json.loads(gate) if gate else None
 
 

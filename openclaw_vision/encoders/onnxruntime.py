@@ -53,7 +53,9 @@ class OnnxRuntimeEncoder:
         try:
             self.session = ort.InferenceSession(str(path), opts, providers=providers or ["CPUExecutionProvider"])
         except Exception as err:  # onnxruntime raises its own exception types; name the file
-            raise EncoderError(f"cannot load {path}: {err}") from err
+            data = path.with_name(path.name + ".data")
+            hint = "" if data.is_file() else f" (a model above 1 GB is two files: keep {data.name} beside it)"
+            raise EncoderError(f"cannot load {path}: {err}{hint}") from err
         inp = self.session.get_inputs()[0]
         self._input = inp.name
         self._output = self.session.get_outputs()[0].name

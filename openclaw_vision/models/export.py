@@ -1,22 +1,42 @@
-"""Export a vision tower to ONNX (dynamic batch) and prove the export right.
+"""Export a vision tower to ONNX (dynamic batch) at any size, and prove the export right.
 
 The check compares ONNX Runtime's output to PyTorch's on the same inputs, at batch 1 and a
 larger batch, and refuses to call an export good below a cosine of 0.9999. The model id,
 embedding width and input size go into the ONNX metadata, so the runtime never needs torch
 or a side file to know what it is running.
+
+Any size: ViT-bigG-14 has 7.4 GB of FP32 weights, past protobuf's 2 GiB limit and too big to
+hold twice on a 24 GB machine. So the export runs in steps that never keep two copies:
+
+1. PyTorch's reference outputs for the check are computed first (while the tower is in memory).
+2. `torch_export` traces the module with constant folding *off*: with it on, the exporter makes
+   a transposed copy of every Linear weight (the whole model again). Weights go to disk as the
+   exporter writes them (one file per tensor above 2 GB, embedded below).
+3. The tower is released, then `finish_export` folds the weight-only chains the exporter left
+   (Transpose of a Linear weight, Reshape of the patch kernel, Cast) one tensor at a time into
+   one `.onnx` plus, above EXTERNAL_DATA_THRESHOLD, one `.onnx.data` beside it (onnx_files).
+4. ONNX Runtime runs the staged file on the check inputs; only then are the files moved into
+   place (`onnx_files.Staged`). A failure anywhere leaves nothing behind.
+
+`torch_export` + `finish_export` work for any torch module (the text towers use them too).
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
+import shutil
+import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from ..phases import PhaseLog
+from . import onnx_files
 from .checkpoint import build_model
 from .vit import VisionTransformer
 
@@ -25,6 +45,8 @@ log = logging.getLogger(__name__)
 INPUT_NAME = "pixel_values"
 OUTPUT_NAME = "image_embeds"
 OPSET = 17
+#: Batches the ONNX-vs-PyTorch check runs (1 and a larger one, so the dynamic batch is exercised).
+CHECK_BATCHES = (1, 3)
 
 
 @dataclass
@@ -33,69 +55,110 @@ class ExportResult:
     model_id: str
     embed_dim: int
     min_cosine: float
+    files: list[Path] = field(default_factory=list)
+    size_bytes: int = 0
+    check_images: int = 0
+    seconds: float = 0.0
+    phases: list[dict] = field(default_factory=list)  # name, seconds, peak RSS (phases.PhaseLog)
 
 
 class ExportCheckError(RuntimeError):
     """ONNX Runtime and PyTorch disagree on the exported graph."""
 
 
-def export_onnx(model: VisionTransformer, model_id: str, out: Path) -> Path:
-    """Write `model` as ONNX with a symbolic batch axis; metadata carries the model id.
+def torch_export(
+    module: torch.nn.Module,
+    example: tuple[torch.Tensor, ...],
+    raw: Path,
+    input_names: list[str],
+    output_names: list[str],
+    dynamic_axes: dict[str, dict[int, str]],
+) -> Path:
+    """Trace `module` to ONNX at `raw` with weights as the exporter writes them; no folding (see module doc).
 
-    Uses the TorchScript-based exporter: on this tower it gives a graph ORT fuses well, and
+    Uses the TorchScript-based exporter: on these towers it gives a graph ORT fuses well, and
     with `dynamic_axes` the batch stays symbolic even though the example input has batch 2
-    (the dynamo exporter specialises a batch-1 example input to a fixed batch of 1).
+    (the dynamo exporter specialises a batch-1 example input to a fixed batch of 1). Above
+    2 GB it writes one file per weight beside `raw`: give it a folder of its own.
     """
-    import onnx
-
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    size = model.cfg.image_size
-    example = torch.randn(2, 3, size, size, generator=torch.Generator().manual_seed(1))
+    raw = Path(raw)
+    raw.parent.mkdir(parents=True, exist_ok=True)
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # the TorchScript exporter is chosen on purpose
         torch.onnx.export(
-            model,
-            (example,),
-            str(out),
+            module,
+            example,
+            str(raw),
             dynamo=False,
-            input_names=[INPUT_NAME],
-            output_names=[OUTPUT_NAME],
-            dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
+            input_names=input_names,
+            output_names=output_names,
+            dynamic_axes=dynamic_axes,
             opset_version=OPSET,
-            do_constant_folding=True,
+            do_constant_folding=False,
         )
-    proto = onnx.load(str(out))
-    meta = {
+    return raw
+
+
+def finish_export(
+    raw: Path, out: Path, metadata: dict[str, str], threshold: int = onnx_files.EXTERNAL_DATA_THRESHOLD
+) -> Path:
+    """The exporter's file at `raw` → `out` (+ `out.data` above `threshold`): weight chains folded, metadata set."""
+    model = onnx_files.load_graph(raw)
+    reader = onnx_files.TensorReader(model, Path(raw).parent)
+    tensors = onnx_files.fold_constants(model, reader)
+    return onnx_files.write_model(model, tensors, out, threshold, metadata)
+
+
+def vision_metadata(model: VisionTransformer, model_id: str) -> dict[str, str]:
+    return {
         "model_id": model_id,
         "embed_dim": str(model.cfg.embed_dim),
-        "image_size": str(size),
+        "image_size": str(model.cfg.image_size),
         "vision_config": json.dumps(model.cfg.to_dict()),
         "precision": "fp32",
     }
-    del proto.metadata_props[:]
-    for key, value in meta.items():
-        entry = proto.metadata_props.add()
-        entry.key, entry.value = key, value
-    onnx.save(proto, str(out))
-    return out
 
 
-def check_export(model: VisionTransformer, path: Path, min_cosine: float = 0.9999, seed: int = 2) -> float:
-    """Run torch and ONNX Runtime on the same random pixels (batch 1 and 3); return the worst cosine."""
+def _export_tower(model: VisionTransformer, raw: Path) -> Path:
+    size = model.cfg.image_size
+    example = torch.randn(2, 3, size, size, generator=torch.Generator().manual_seed(1))
+    return torch_export(
+        model, (example,), raw, [INPUT_NAME], [OUTPUT_NAME], {INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}}
+    )
+
+
+def export_onnx(
+    model: VisionTransformer, model_id: str, out: Path, threshold: int = onnx_files.EXTERNAL_DATA_THRESHOLD
+) -> Path:
+    """Write `model` as ONNX with a symbolic batch axis (no check; `export_model` is the checked path)."""
+    with onnx_files.Staged(out) as stage:
+        raw = _export_tower(model, stage.dir / "torch" / "model.onnx")
+        finish_export(raw, stage.path, vision_metadata(model, model_id), threshold)
+        return stage.commit()
+
+
+def check_inputs(image_size: int, seed: int = 2) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal((b, 3, image_size, image_size)).astype(np.float32) for b in CHECK_BATCHES]
+
+
+def torch_outputs(model: torch.nn.Module, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    with torch.no_grad():
+        return [model(torch.from_numpy(x)).numpy() for x in inputs]
+
+
+def compare_onnx(path: Path, inputs: list[np.ndarray], refs: list[np.ndarray], min_cosine: float = 0.9999) -> float:
+    """Run ONNX Runtime on `inputs`; the worst cosine against PyTorch's `refs` (raises below `min_cosine`)."""
     import onnxruntime as ort
 
-    size = model.cfg.image_size
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    rng = np.random.default_rng(seed)
+    from ..encoders.onnxruntime import session_options
+
+    sess = ort.InferenceSession(str(path), session_options(), providers=["CPUExecutionProvider"])
     worst = 1.0
-    for batch in (1, 3):
-        x = rng.standard_normal((batch, 3, size, size)).astype(np.float32)
-        with torch.no_grad():
-            ref = model(torch.from_numpy(x)).numpy()
+    for x, ref in zip(inputs, refs, strict=True):
         got = sess.run([OUTPUT_NAME], {INPUT_NAME: x})[0]
         if got.shape != ref.shape:
-            raise ExportCheckError(f"batch {batch}: ONNX output shape {got.shape} != torch {ref.shape}")
+            raise ExportCheckError(f"batch {len(x)}: ONNX output shape {got.shape} != torch {ref.shape}")
         cos = np.sum(ref * got, 1) / (np.linalg.norm(ref, axis=1) * np.linalg.norm(got, axis=1))
         worst = min(worst, float(cos.min()))
     if worst < min_cosine:
@@ -103,10 +166,53 @@ def check_export(model: VisionTransformer, path: Path, min_cosine: float = 0.999
     return worst
 
 
-def export_model(name: str, out: Path, checkpoint: Path | None = None, seed: int = 0) -> ExportResult:
-    """Build (or load) the tower, export it, check it; the one entry point tools call."""
-    model, model_id = build_model(name, checkpoint, seed)
-    path = export_onnx(model, model_id, out)
-    cos = check_export(model, path)
-    log.info("exported %s to %s (ORT vs torch min cosine %.6f)", model_id, path, cos)
-    return ExportResult(path=path, model_id=model_id, embed_dim=model.cfg.embed_dim, min_cosine=cos)
+def check_export(model: VisionTransformer, path: Path, min_cosine: float = 0.9999, seed: int = 2) -> float:
+    """Run torch and ONNX Runtime on the same random pixels (batch 1 and 3); return the worst cosine."""
+    inputs = check_inputs(model.cfg.image_size, seed)
+    return compare_onnx(path, inputs, torch_outputs(model, inputs), min_cosine)
+
+
+def export_model(
+    name: str,
+    out: Path,
+    checkpoint: Path | None = None,
+    seed: int = 0,
+    threshold: int = onnx_files.EXTERNAL_DATA_THRESHOLD,
+) -> ExportResult:
+    """Build (or load) the tower, export it, check it, move it into place; the one entry point tools call.
+
+    Memory: the tower once (plus what the tracer keeps), then one weight at a time, then one
+    ONNX Runtime session; never two copies of the weights together (see the module doc).
+    """
+    t0 = time.perf_counter()
+    phases = PhaseLog()
+    with phases.phase("build tower"):
+        model, model_id = build_model(name, checkpoint, seed)
+    embed_dim, meta = model.cfg.embed_dim, vision_metadata(model, model_id)
+    inputs = check_inputs(model.cfg.image_size)
+    with phases.phase("PyTorch reference outputs"):
+        refs = torch_outputs(model, inputs)
+    with onnx_files.Staged(out) as stage:
+        with phases.phase("trace and write (torch.onnx)"):
+            raw = _export_tower(model, stage.dir / "torch" / "model.onnx")
+            del model
+            gc.collect()  # the tower's weights are on disk now; the rest of the export streams them
+        with phases.phase("fold and write one tensor at a time"):
+            finish_export(raw, stage.path, meta, threshold)
+            shutil.rmtree(raw.parent)
+        with phases.phase("check: ONNX Runtime vs PyTorch"):
+            cos = compare_onnx(stage.path, inputs, refs)
+        path = stage.commit()
+    files = onnx_files.model_files(path)
+    log.info("exported %s to %s (ORT vs torch min cosine %.6f)", model_id, ", ".join(map(str, files)), cos)
+    return ExportResult(
+        path=path,
+        model_id=model_id,
+        embed_dim=embed_dim,
+        min_cosine=cos,
+        files=files,
+        size_bytes=sum(p.stat().st_size for p in files),
+        check_images=sum(map(len, inputs)),
+        seconds=round(time.perf_counter() - t0, 1),
+        phases=phases.as_list(),
+    )

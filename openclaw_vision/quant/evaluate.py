@@ -1,28 +1,29 @@
 """Embeddings of a candidate model vs the float model, and the accuracy gate they must pass.
 
-Metrics, per held-out resolution, comparing unit-normalised INT8 embeddings u_i with FP32 v_i:
+Metrics, per row of the gate (a held-out set at one camera resolution, run by one runtime),
+comparing unit-normalised INT8 embeddings u_i with FP32 v_i:
 - cosine u_i·v_i (mean and min);
 - nearest-neighbour agreement: the share of frames whose INT8 embedding's nearest item in the
   FP32 gallery is its own frame (ties count as agreement: identical frames are not an error);
 - KL divergence of the retrieval distribution softmax(100 · u_i·V) from softmax(100 · v_i·V)
   (CLIP's logit scale): how much the INT8 model changes what a frame "looks like" among others;
 - collapse degree: mean ‖u_i − v_i‖² (the image term of the cross-modal collapse metric).
+
+The gate is a list of named checks (`GateSpec.checks`), each a metric with a bound (or none:
+reported only), applied to the worst value over the rows. A new row (another runtime, another
+resolution) is one `Row` and, for a new runtime, one entry in RUNNERS; a new term is one metric
+in `Metrics` and one `Check`.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 
 import numpy as np
 
 LOGIT_SCALE = 100.0
-
-
-@dataclass(frozen=True)
-class GateSpec:
-    mean_cosine: float = 0.999
-    min_cosine: float = 0.995
-    nn_agreement: float = 0.99
 
 
 @dataclass
@@ -34,33 +35,80 @@ class Metrics:
     collapse: float
 
     def passes(self, gate: GateSpec) -> bool:
-        return (
-            self.mean_cosine >= gate.mean_cosine
-            and self.min_cosine >= gate.min_cosine
-            and self.nn_agreement >= gate.nn_agreement
-        )
+        return all(check.passes(self) for check in gate.checks())
 
     def as_dict(self) -> dict[str, float]:
         return {k: round(v, 7) for k, v in asdict(self).items()}
 
 
-def session(model, threads: int = 0):
-    """A CPU session that does not spin: several live side by side during quantisation."""
+#: Metrics where a smaller value is better (the gate takes their maximum over rows).
+LOWER_IS_BETTER = frozenset({"kl", "collapse"})
+
+
+@dataclass(frozen=True)
+class Check:
+    """One named line of the gate: a metric and its bound (None: measured and reported, not enforced)."""
+
+    name: str
+    metric: str
+    bound: float | None = None
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.metric not in LOWER_IS_BETTER
+
+    def passes(self, m: Metrics) -> bool:
+        if self.bound is None:
+            return True
+        value = getattr(m, self.metric)
+        return value >= self.bound if self.higher_is_better else value <= self.bound
+
+    def requirement(self) -> str:
+        if self.bound is None:
+            return "(reported)"
+        return f"{'>=' if self.higher_is_better else '<='} {self.bound}"
+
+
+@dataclass(frozen=True)
+class GateSpec:
+    mean_cosine: float = 0.999
+    min_cosine: float = 0.995
+    nn_agreement: float = 0.99
+
+    def checks(self) -> list[Check]:
+        """The gate, in the order the report lists it."""
+        return [
+            Check("mean cosine vs FP32", "mean_cosine", self.mean_cosine),
+            Check("min cosine vs FP32", "min_cosine", self.min_cosine),
+            Check("nearest-neighbour agreement", "nn_agreement", self.nn_agreement),
+            Check("retrieval KL (logit scale 100)", "kl"),
+            Check("collapse degree, image term", "collapse"),
+        ]
+
+
+def session(model, threads: int = 0, level: str = "all"):
+    """A CPU session that does not spin (a model path, or the bytes of a model with embedded weights).
+
+    `level="basic"`: graph optimisations that keep every intermediate tensor as it is in the
+    graph (for observing activations); "all" is what the node runs.
+    """
     import onnxruntime as ort
 
     from ..encoders.onnxruntime import session_options
 
     opts = session_options(threads)
     opts.log_severity_level = 3
+    if level == "basic":
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     return ort.InferenceSession(
         model if isinstance(model, bytes) else str(model), opts, providers=["CPUExecutionProvider"]
     )
 
 
 def embed(sess, pixels: np.ndarray, batch: int = 8) -> np.ndarray:
-    """Unit-normalised embeddings of (N, 3, S, S) pixels."""
-    name = sess.get_inputs()[0].name
-    out = np.concatenate([sess.run(None, {name: pixels[i : i + batch]})[0] for i in range(0, len(pixels), batch)])
+    """Unit-normalised embeddings of (N, 3, S, S) pixels (the session's first output only)."""
+    name, out_name = sess.get_inputs()[0].name, sess.get_outputs()[0].name
+    out = np.concatenate([sess.run([out_name], {name: pixels[i : i + batch]})[0] for i in range(0, len(pixels), batch)])
     return out / np.linalg.norm(out, axis=1, keepdims=True)
 
 
@@ -87,28 +135,70 @@ def compare(candidate: np.ndarray, reference: np.ndarray) -> Metrics:
     )
 
 
-def worst(per_resolution: dict[str, Metrics]) -> Metrics:
-    """The gate's view: the worst value of each metric over the resolutions."""
-    ms = list(per_resolution.values())
+def worst(per_row: dict[str, Metrics]) -> Metrics:
+    """The gate's view: the worst value of each metric over the rows."""
+    ms = list(per_row.values())
     return Metrics(
-        mean_cosine=min(m.mean_cosine for m in ms),
-        min_cosine=min(m.min_cosine for m in ms),
-        nn_agreement=min(m.nn_agreement for m in ms),
-        kl=max(m.kl for m in ms),
-        collapse=max(m.collapse for m in ms),
+        **{f.name: (max if f.name in LOWER_IS_BETTER else min)(getattr(m, f.name) for m in ms) for f in fields(Metrics)}
     )
 
 
+#: A runtime the gate can run a candidate on: (model path, threads) → embed(pixels) → unit rows.
+Runner = Callable[[Path, int], Callable[[np.ndarray], np.ndarray]]
+
+
+def _onnxruntime(model: Path, threads: int) -> Callable[[np.ndarray], np.ndarray]:
+    sess = session(model, threads)
+    return lambda pixels: embed(sess, pixels)
+
+
+RUNNERS: dict[str, Runner] = {"onnxruntime": _onnxruntime}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of the gate: the held-out frames at `resolution`, run by `runner`."""
+
+    name: str
+    resolution: str
+    runner: str = "onnxruntime"
+
+
+def default_rows(resolutions: list[str]) -> list[Row]:
+    return [Row(res, res) for res in resolutions]
+
+
 class Evaluator:
-    """Holds the FP32 reference embeddings of the held-out sets; scores candidate models against them."""
+    """The FP32 reference embeddings of the held-out sets; scores candidate models against them, row by row.
 
-    def __init__(self, fp32_model, heldout: dict[str, np.ndarray], threads: int = 0) -> None:
+    The references come from whichever float session the caller has open (the quantiser computes
+    them in its calibration pass), so no second FP32 session is ever needed.
+    """
+
+    def __init__(
+        self,
+        heldout: dict[str, np.ndarray],
+        reference: dict[str, np.ndarray],
+        threads: int = 0,
+        rows: list[Row] | None = None,
+    ) -> None:
         self.heldout = heldout
+        self.reference = reference
         self.threads = threads
-        ref = session(fp32_model, threads)
-        self.reference = {res: embed(ref, x) for res, x in heldout.items()}
+        self.rows = rows or default_rows(list(heldout))
 
-    def score(self, model, resolutions: list[str] | None = None) -> dict[str, Metrics]:
-        sess = session(model, self.threads)
-        keys = resolutions or list(self.heldout)
-        return {res: compare(embed(sess, self.heldout[res]), self.reference[res]) for res in keys}
+    @classmethod
+    def from_model(cls, fp32_model, heldout: dict[str, np.ndarray], threads: int = 0) -> Evaluator:
+        ref = session(fp32_model, threads)
+        return cls(heldout, {res: embed(ref, x) for res, x in heldout.items()}, threads)
+
+    def score(self, model, rows: list[str] | None = None) -> dict[str, Metrics]:
+        """Metrics of `model` per row (all rows, or those named); one runtime session open at a time."""
+        todo = [r for r in self.rows if rows is None or r.name in rows]
+        out: dict[str, Metrics] = {}
+        for runner in dict.fromkeys(r.runner for r in todo):
+            run = RUNNERS[runner](model, self.threads)
+            for r in (r for r in todo if r.runner == runner):
+                out[r.name] = compare(run(self.heldout[r.resolution]), self.reference[r.resolution])
+            del run
+        return out

@@ -12,14 +12,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..models.onnx_files import files_size
+from ..phases import rss_mb
+
 
 def _peak_mb() -> float:
-    """This process's RSS high-water mark. VmHWM, not getrusage's ru_maxrss: that one survives
+    """This process's RSS high-water mark in MB. VmHWM, not getrusage's ru_maxrss: that one survives
     fork+exec and would report the (large) parent's peak."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024.0  # kB
-    raise OSError("no VmHWM in /proc/self/status (Linux only)")
+    peak = rss_mb("VmHWM")
+    if not peak:
+        raise OSError("no VmHWM in /proc/self/status (Linux only)")
+    return peak
 
 
 def measure_here(model: Path) -> dict[str, float]:
@@ -44,10 +47,10 @@ def measure(model: Path) -> dict[str, float]:
         check=True,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=3600,  # ViT-bigG-14 FP32: minutes to load 7.4 GB
     )
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    result["file_mb"] = round(Path(model).stat().st_size / 1e6, 2)
+    result["file_mb"] = round(files_size(Path(model)) / 1e6, 2)  # the .onnx and its data file
     return result
 
 
