@@ -35,6 +35,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     except (ExportCheckError, ValueError, KeyError) as err:
         print(f"export failed: {err}", file=sys.stderr)
         return 1
+    if args.json:
+        print(json.dumps({**vars(res), "path": str(res.path), "files": [str(p) for p in res.files]}))
+        return 0
     files = " + ".join(str(p) for p in res.files)
     print(
         f"wrote {files} ({res.size_bytes / 1e6:.1f} MB; {res.model_id}, {res.embed_dim}-d; ORT vs torch min cosine"
@@ -225,6 +228,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args)
 
 
+def cmd_ladder(args: argparse.Namespace) -> int:
+    from .ladder import markdown, measure_latency, run_ladder
+
+    if args.latency_only:  # the ladder's own child step: one process with both sessions
+        print(json.dumps(measure_latency(*args.latency_only, args.calib)))
+        return 0
+    args.argv = sys.argv[1:]
+    result = run_ladder(args)
+    print(markdown(result))
+    print(f"wrote {args.out / 'ladder.md'} and {args.out / 'ladder.json'}")
+    return 0 if all("error" not in r for r in result["models"]) else 1
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from .bench.report import markdown
     from .bench.run import run_bench
@@ -252,6 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=None, help="default: ~/.cache/openclaw_vision/models/<model>.fp32.onnx")
     p.add_argument("--force", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the result (files, check, phases) as one JSON line")
     p.set_defaults(fn=cmd_export)
 
     p = sub.add_parser("quantize", help="INT8 Q/DQ model from calibration frames, gated on held-out frames")
@@ -358,6 +375,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="latency P50/P95/P99 per stage, side by side with the usual baselines")
     add_bench_arguments(p)
     p.set_defaults(fn=cmd_bench)
+
+    from .ladder import add_arguments as add_ladder_arguments
+
+    p = sub.add_parser(
+        "ladder", help="ViT-B/32 to ViT-bigG-14 on this machine: export, INT8, memory, gate, 1080p latency"
+    )
+    add_ladder_arguments(p)
+    p.set_defaults(fn=cmd_ladder)
 
     p = sub.add_parser("demo", help="build the default model and a sample bag, replay it through the node")
     p.add_argument("--out", type=Path, default=Path("out/demo"))

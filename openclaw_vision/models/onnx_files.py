@@ -157,7 +157,7 @@ class DataFile:
         self._fh = open(self.path, "wb")  # noqa: SIM115 - closed by close()
 
     def add(self, p: Pending) -> TensorProto:
-        arr = np.ascontiguousarray(p.produce())
+        arr = np.asarray(p.produce(), order="C")  # (ascontiguousarray would make a scalar 1-d)
         want = helper.tensor_dtype_to_np_dtype(p.data_type)
         if arr.dtype != want or tuple(arr.shape) != tuple(p.dims):
             raise ValueError(f"tensor {p.name!r}: produced {arr.dtype}{arr.shape}, declared {want}{p.dims}")
@@ -182,7 +182,7 @@ def embedded(p: Pending) -> TensorProto:
     want = helper.tensor_dtype_to_np_dtype(p.data_type)
     if arr.dtype != want or tuple(arr.shape) != tuple(p.dims):
         raise ValueError(f"tensor {p.name!r}: produced {arr.dtype}{arr.shape}, declared {want}{p.dims}")
-    return numpy_helper.from_array(np.ascontiguousarray(arr), p.name)
+    return numpy_helper.from_array(np.asarray(arr, order="C"), p.name)
 
 
 def write_model(
