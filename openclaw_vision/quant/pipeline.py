@@ -175,7 +175,8 @@ def quantize(opts: QuantOptions, frames=None) -> dict:
             t = time.perf_counter()
             stats = calibrate.collect_stats(obs, tensors, qdata.batches(batch), progress)
             fp32_s_per_image = (time.perf_counter() - t) / qdata.calibration_frames
-            reference = {res: embed(obs, x) for res, x in qdata.heldout.items()}
+            # same batch: ONNX Runtime keeps every graph output of a run alive until it ends, fetched or not
+            reference = {res: embed(obs, x, batch) for res, x in qdata.heldout.items()}
             del obs
         ranges = {m: calibrate.compute_ranges(stats, m, opts.percentile) for m in calibrate.METHODS}
         evaluator = Evaluator(qdata.heldout, reference, opts.threads)
