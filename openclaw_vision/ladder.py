@@ -186,7 +186,8 @@ def markdown(result: dict) -> str:
         "towers, not real CLIP.",
         "",
         "| model | params | GFLOP/img | export s | export peak RSS GB (× FP32 weights) | FP32 MB | INT8 MB "
-        "| session MB FP32 → INT8 | quantize s / peak GB | INT8 gate: mean cos / min cos / NN | kept float "
+        "| session MB FP32 → INT8: peak (load + 1 run); steady | quantize s / peak GB "
+        "| INT8 gate: mean cos / min cos / NN | kept float "
         "| 1080p P50 ms FP32 / INT8 | 1080p P99 ms FP32 / INT8 | INT8 speed-up (P50) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -198,8 +199,8 @@ def markdown(result: dict) -> str:
         fp32_mb, int8_mb = q["size_mb"]["fp32"], q["size_mb"]["int8"]
         mem = q["memory"] or {}
         sess = (
-            f"{mem['fp32']['session_mb']:.0f} → {mem['int8']['session_mb']:.0f} "
-            f"({100 * (1 - mem['int8']['session_mb'] / mem['fp32']['session_mb']):+.1f} %)".replace("+", "−", 1)
+            f"{_change(mem['fp32']['session_mb'], mem['int8']['session_mb'])}; "
+            f"{_change(mem['fp32']['steady_mb'], mem['int8']['steady_mb'])}"
             if mem
             else "—"
         )
@@ -228,6 +229,10 @@ def markdown(result: dict) -> str:
                 f" ranking by {r['quantize']['ranking']}"
             )
     return "\n".join(lines) + "\n"
+
+
+def _change(a: float, b: float) -> str:
+    return f"{a:.0f} → {b:.0f} ({100 * (b / a - 1):+.1f} %)"
 
 
 def _pair(lat: dict, key: str) -> str:

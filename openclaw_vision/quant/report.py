@@ -95,9 +95,10 @@ def markdown(r: dict) -> str:
     ]
     if mem:
         lines.append(
-            f"- Session memory (peak RSS of a fresh process minus its baseline): FP32 {mem['fp32']['session_mb']} MB, "
-            f"INT8 {mem['int8']['session_mb']} MB (peak RSS {mem['fp32']['peak_rss_mb']} vs "
-            f"{mem['int8']['peak_rss_mb']} MB)."
+            f"- Session memory (peak RSS of a fresh process over load and one run, minus its baseline): FP32"
+            f" {mem['fp32']['session_mb']} MB, INT8 {mem['int8']['session_mb']} MB"
+            f" ({100 * (mem['int8']['session_mb'] / mem['fp32']['session_mb'] - 1):+.1f} %); resident afterwards:"
+            f" FP32 {mem['fp32'].get('steady_mb')} MB, INT8 {mem['int8'].get('steady_mb')} MB."
         )
     lat = r["latency_b1_ms"]
     lines += [
