@@ -59,6 +59,7 @@ def test_export_past_the_threshold_is_one_onnx_and_one_data_file_and_runs_the_sa
     locations = {e.value for t in graph.graph.initializer for e in t.external_data if e.key == "location"}
     assert locations == {"tiny.fp32.onnx.data"}  # every weight, one file
     assert res.path.stat().st_size < 100_000  # the graph only
+    assert onnx_files.read_metadata(res.path)["external_data"] == "tiny.fp32.onnx.data"
     assert res.min_cosine >= 0.9999 and res.check_images == 4
     np.testing.assert_allclose(_run(res.path), _run(tiny_model), atol=1e-5)
     assert {p["name"] for p in res.phases} >= {"trace and write (torch.onnx)", "check: ONNX Runtime vs PyTorch"}
@@ -114,7 +115,7 @@ def test_any_torch_module_exports_through_the_external_data_path(tmp_path):
     ids = torch.randint(0, 300, (2, 7), generator=torch.Generator().manual_seed(0))
     raw = torch_export(module, (ids,), tmp_path / "raw" / "m.onnx", ["ids"], ["out"], {"ids": {0: "b"}})
     out = finish_export(raw, tmp_path / "text.onnx", {"model_id": "text-like"}, threshold=0)
-    assert onnx_files.read_metadata(out) == {"model_id": "text-like"}
+    assert onnx_files.read_metadata(out) == {"model_id": "text-like", "external_data": "text.onnx.data"}
     got = ort.InferenceSession(str(out)).run(None, {"ids": ids.numpy()})[0]
     with torch.no_grad():
         np.testing.assert_allclose(got, module(ids).numpy(), atol=1e-5)
@@ -157,6 +158,7 @@ def test_quantize_streams_an_external_data_model_into_an_external_data_int8_mode
     )
     assert r["passed"] and r["int8_files"] == ["tiny.int8.onnx", "tiny.int8.onnx.data"]
     assert sorted(p.name for p in out.parent.iterdir()) == ["tiny.int8.onnx", "tiny.int8.onnx.data"]  # no scratch
+    assert onnx_files.read_metadata(out)["external_data"] == "tiny.int8.onnx.data"
     enc = OnnxRuntimeEncoder(out)
     assert enc.precision == "int8" and json.loads(enc.session.get_modelmeta().custom_metadata_map["quant_gate"])
     assert r["ranking"] == "local SQNR" and not r["sweep"]["ran"]
@@ -318,3 +320,24 @@ def test_ladder_command_runs_a_model_through_every_step(sample_bag, tmp_path):
     assert rec["latency"]["fp32"]["n"] >= 8 and rec["latency"]["frame"] == "1920x1080 rgb8"
     md = (tmp_path / "ladder.md").read_text()
     assert "| tiny |" in md and "ladder --models tiny" in md and "AVX-512 VNNI" in md
+
+
+def test_an_export_stopped_by_sigterm_leaves_nothing_behind(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "b.onnx"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "openclaw_vision.cli", "export", "--model", "ViT-B-32", "--out", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    while not any(tmp_path.iterdir()) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)  # the staging folder appears once the tower is built
+    assert any(tmp_path.iterdir()), "the export never started writing"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 128 + signal.SIGTERM
+    assert list(tmp_path.iterdir()) == []

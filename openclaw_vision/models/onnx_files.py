@@ -202,8 +202,11 @@ def write_model(
     out = Path(out)
     total = sum(p.nbytes for p in tensors)
     del model.graph.initializer[:]
-    if metadata is not None:
-        set_metadata(model, metadata)
+    meta = dict(metadata if metadata is not None else metadata_of(model))
+    meta.pop("external_data", None)  # the model it was made from may have had one
+    if total > threshold:
+        meta["external_data"] = data_path(out).name  # also said in each tensor; here for people and tools
+    set_metadata(model, meta)
     if total > threshold:
         data = DataFile(data_path(out))
         try:
@@ -226,13 +229,13 @@ def set_metadata(model: onnx.ModelProto, values: dict[str, str]) -> None:
         entry.key, entry.value = key, str(value)
 
 
-def metadata(model: onnx.ModelProto) -> dict[str, str]:
+def metadata_of(model: onnx.ModelProto) -> dict[str, str]:
     return {p.key: p.value for p in model.metadata_props}
 
 
 def read_metadata(path: Path) -> dict[str, str]:
     """The model's metadata without reading its weights (an InferenceSession would load them all)."""
-    return metadata(load_graph(path))
+    return metadata_of(load_graph(path))
 
 
 # --- folding weight-only chains ----------------------------------------------------------------

@@ -138,7 +138,7 @@ def quantize(opts: QuantOptions, frames=None) -> dict:
     progress = _progress()
     phases = PhaseLog()
     graph = onnx_files.load_graph(opts.fp32_model)
-    meta = onnx_files.metadata(graph)
+    meta = onnx_files.metadata_of(graph)
     if meta.get("precision", "fp32") != "fp32":
         raise ValueError(f"{opts.fp32_model} is a {meta['precision']} model; quantize the FP32 export")
     image_size = int(meta.get("image_size", 224))
