@@ -9,14 +9,16 @@ Any size: ViT-bigG-14 has 7.4 GB of FP32 weights, past protobuf's 2 GiB limit an
 hold twice on a 24 GB machine. So the export runs in steps that never keep two copies:
 
 1. PyTorch's reference outputs for the check are computed first (while the tower is in memory).
-2. `torch_export` traces the module with constant folding *off*: with it on, the exporter makes
-   a transposed copy of every Linear weight (the whole model again). Weights go to disk as the
-   exporter writes them (one file per tensor above 2 GB, embedded below).
-3. The tower is released, then `finish_export` folds the weight-only chains the exporter left
-   (Transpose of a Linear weight, Reshape of the patch kernel, Cast) one tensor at a time into
-   one `.onnx` plus, above EXTERNAL_DATA_THRESHOLD, one `.onnx.data` beside it (onnx_files).
-4. ONNX Runtime runs the staged file on the check inputs; only then are the files moved into
-   place (`onnx_files.Staged`). A failure anywhere leaves nothing behind.
+2. `torch_export` traces the module to a graph *without* weights (`export_params=False`) and
+   with constant folding off: with it on, the exporter makes a transposed copy of every Linear
+   weight (the whole model again), and with weights it builds them into a protobuf (another
+   copy or two below 2 GB; one file per tensor above).
+3. `finish_export` writes one `.onnx` plus, above EXTERNAL_DATA_THRESHOLD, one `.onnx.data`
+   beside it (onnx_files), taking each weight from the module's state dict as it is written
+   and folding the weight-only chains the exporter left (Transpose of a Linear weight, Reshape
+   of the patch kernel, Cast) on the way: one tensor (and its transposed copy) at a time.
+4. The tower is released; ONNX Runtime runs the staged file on the check inputs; only then are
+   the files moved into place (`onnx_files.Staged`). A failure anywhere leaves nothing behind.
 
 `torch_export` + `finish_export` work for any torch module (the text towers use them too).
 """
@@ -29,10 +31,12 @@ import logging
 import shutil
 import time
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import onnx
 import torch
 
 from ..phases import PhaseLog
@@ -74,12 +78,13 @@ def torch_export(
     output_names: list[str],
     dynamic_axes: dict[str, dict[int, str]],
 ) -> Path:
-    """Trace `module` to ONNX at `raw` with weights as the exporter writes them; no folding (see module doc).
+    """Trace `module` to an ONNX graph at `raw` without its weights (they stay in the module; see the module doc).
 
     Uses the TorchScript-based exporter: on these towers it gives a graph ORT fuses well, and
     with `dynamic_axes` the batch stays symbolic even though the example input has batch 2
-    (the dynamo exporter specialises a batch-1 example input to a fixed batch of 1). Above
-    2 GB it writes one file per weight beside `raw`: give it a folder of its own.
+    (the dynamo exporter specialises a batch-1 example input to a fixed batch of 1). With
+    `export_params=False` every weight is a graph input named as in `module.state_dict()`;
+    `finish_export` turns them into initializers, streamed from the module.
     """
     raw = Path(raw)
     raw.parent.mkdir(parents=True, exist_ok=True)
@@ -95,17 +100,38 @@ def torch_export(
             dynamic_axes=dynamic_axes,
             opset_version=OPSET,
             do_constant_folding=False,
+            export_params=False,
         )
     return raw
 
 
+def _from_torch(name: str, tensor: torch.Tensor) -> onnx_files.Pending:
+    """A module's weight as an initializer to write: read (zero-copy) only when written."""
+    t = tensor.detach()
+    dtype = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(str(t.dtype).removeprefix("torch.")))
+    return onnx_files.Pending(name, dtype, tuple(t.shape), lambda: t.contiguous().numpy())
+
+
 def finish_export(
-    raw: Path, out: Path, metadata: dict[str, str], threshold: int = onnx_files.EXTERNAL_DATA_THRESHOLD
+    raw: Path,
+    out: Path,
+    metadata: dict[str, str],
+    threshold: int = onnx_files.EXTERNAL_DATA_THRESHOLD,
+    params: Mapping[str, torch.Tensor] | None = None,
 ) -> Path:
-    """The exporter's file at `raw` → `out` (+ `out.data` above `threshold`): weight chains folded, metadata set."""
+    """The traced graph at `raw` → `out` (+ `out.data` above `threshold`), one weight at a time.
+
+    `params` (the module's `state_dict()`) supplies the weights the graph takes as inputs (a
+    graph traced by `torch_export`); weights already in the file at `raw` are read from it.
+    Weight-only chains are folded on the way (onnx_files.fold_constants); metadata is set.
+    """
     model = onnx_files.load_graph(raw)
+    if not model.graph.initializer and not params:
+        raise ValueError(f"{raw} has no weights: pass the traced module's state_dict() as `params`")
     reader = onnx_files.TensorReader(model, Path(raw).parent)
-    tensors = onnx_files.fold_constants(model, reader)
+    inputs = {i.name for i in model.graph.input}
+    weights = [_from_torch(k, v) for k, v in (params or {}).items() if k in inputs]
+    tensors = onnx_files.fold_constants(model, reader, weights)
     return onnx_files.write_model(model, tensors, out, threshold, metadata)
 
 
@@ -133,7 +159,7 @@ def export_onnx(
     """Write `model` as ONNX with a symbolic batch axis (no check; `export_model` is the checked path)."""
     with onnx_files.Staged(out) as stage:
         raw = _export_tower(model, stage.dir / "torch" / "model.onnx")
-        finish_export(raw, stage.path, vision_metadata(model, model_id), threshold)
+        finish_export(raw, stage.path, vision_metadata(model, model_id), threshold, model.state_dict())
         return stage.commit()
 
 
@@ -193,13 +219,13 @@ def export_model(
     with phases.phase("PyTorch reference outputs"):
         refs = torch_outputs(model, inputs)
     with onnx_files.Staged(out) as stage:
-        with phases.phase("trace and write (torch.onnx)"):
+        with phases.phase("trace (torch.onnx, graph only)"):
             raw = _export_tower(model, stage.dir / "torch" / "model.onnx")
-            del model
-            gc.collect()  # the tower's weights are on disk now; the rest of the export streams them
         with phases.phase("fold and write one tensor at a time"):
-            finish_export(raw, stage.path, meta, threshold)
+            finish_export(raw, stage.path, meta, threshold, model.state_dict())
             shutil.rmtree(raw.parent)
+        del model
+        gc.collect()  # the weights are on disk now: the check's session is the only big thing left
         with phases.phase("check: ONNX Runtime vs PyTorch"):
             cos = compare_onnx(stage.path, inputs, refs)
         path = stage.commit()

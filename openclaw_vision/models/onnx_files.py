@@ -299,9 +299,10 @@ def _out_shape(node: onnx.NodeProto, shape: tuple[int, ...], args: list[np.ndarr
     return tuple(_apply(node, [stand_in, *args]).shape)
 
 
-def fold_constants(model: onnx.ModelProto, reader: TensorReader) -> list[Pending]:
+def fold_constants(model: onnx.ModelProto, reader: TensorReader, weights: Iterable[Pending] = ()) -> list[Pending]:
     """Fold FOLDABLE nodes whose inputs are all weights or constants; returns the initializers to write.
 
+    `weights`: initializers to add (graph inputs of those names become initializers).
     The graph is rewritten in place: folded nodes and the Constant nodes only they used are
     removed, Identity of a weight becomes a plain reference to it (no second copy), and weights
     nothing uses any more are dropped. A folded result is computed when it is written, from its
@@ -309,6 +310,7 @@ def fold_constants(model: onnx.ModelProto, reader: TensorReader) -> list[Pending
     """
     graph = model.graph
     pending: dict[str, Pending] = {t.name: pending_from(reader, t.name) for t in graph.initializer}
+    pending.update({p.name: p for p in weights})  # weights the graph takes as inputs (a graph traced without them)
     consts: dict[str, np.ndarray] = {}
     for node in graph.node:
         if node.op_type == "Constant" and _attr(node, "value") is not None:
@@ -342,7 +344,7 @@ def fold_constants(model: onnx.ModelProto, reader: TensorReader) -> list[Pending
     kept = [n for n in kept if n.op_type != "Constant" or any(o in used for o in n.output)]
     del graph.node[:]
     graph.node.extend(kept)
-    inputs = [i for i in graph.input if i.name not in pending or i.name in used]  # old exporters list weights
+    inputs = [i for i in graph.input if i.name not in pending]  # a weight is an initializer, not an input
     del graph.input[:]
     graph.input.extend(inputs)
     return [p for name, p in pending.items() if name in used]
