@@ -228,6 +228,22 @@ def markdown(result: dict) -> str:
                 f" (1080p/720p/480p), {r['quantize']['frames']['calibration']} calibration frames,"
                 f" ranking by {r['quantize']['ranking']}"
             )
+    for r in result["models"]:
+        if "export" not in r:
+            continue
+        e, q = r["export"], r["quantize"]
+        lines += [
+            "",
+            f"### {r['model']}: time and peak RSS per phase",
+            "",
+            f"Export {e['seconds']} s (ONNX vs PyTorch checked on {e['check_images']} images, min cosine"
+            f" {e['min_cosine']:.6f}); quantisation {q['seconds']} s, report: `{q['report']}`.",
+            "",
+            "| step | phase | seconds | peak RSS GB |",
+            "|---|---|---|---|",
+            *[f"| export | {p['name']} | {p['seconds']} | {p['peak_rss_mb'] / 1e3:.2f} |" for p in e["phases"]],
+            *[f"| quantize | {p['name']} | {p['seconds']} | {p['peak_rss_mb'] / 1e3:.2f} |" for p in q["phases"]],
+        ]
     return "\n".join(lines) + "\n"
 
 
