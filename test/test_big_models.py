@@ -342,3 +342,17 @@ def test_an_export_stopped_by_sigterm_leaves_nothing_behind(tmp_path):
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(60) == 128 + signal.SIGTERM
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_embedded_model_written_tensor_by_tensor_parses_as_the_whole_model(tiny_model, tmp_path):
+    whole = onnx.load(str(tiny_model))
+    graph = onnx.load(str(tiny_model))
+    reader = onnx_files.TensorReader(graph, tiny_model.parent)
+    tensors = [onnx_files.pending_from(reader, t.name) for t in graph.graph.initializer]
+    out = onnx_files.write_model(graph, tensors, tmp_path / "streamed.onnx")
+    back = onnx.load(str(out))
+    assert [t.name for t in back.graph.initializer] == [t.name for t in whole.graph.initializer]
+    for a, b in zip(back.graph.initializer, whole.graph.initializer, strict=True):
+        np.testing.assert_array_equal(numpy_helper.to_array(a), numpy_helper.to_array(b))
+    assert back.graph.node == whole.graph.node and onnx_files.metadata_of(back) == onnx_files.metadata_of(whole)
+    np.testing.assert_array_equal(_run(out), _run(tiny_model))

@@ -213,11 +213,19 @@ def write_model(
             model.graph.initializer.extend(data.add(p) for p in tensors)
         finally:
             data.close()
-    else:
-        data_path(out).unlink(missing_ok=True)
-        model.graph.initializer.extend(embedded(p) for p in tensors)
+        out.write_bytes(model.SerializeToString())
+        return out
+    data_path(out).unlink(missing_ok=True)
+    # Embedded, still one tensor at a time: the graph first, then each initializer as a message of
+    # its own holding just `graph { initializer }`. A protobuf parser merges repeated occurrences
+    # of an embedded message field and appends repeated fields, so the file reads as one model —
+    # without ever holding the whole model (and its serialised copy) in memory.
     with open(out, "wb") as fh:
         fh.write(model.SerializeToString())
+        for p in tensors:
+            chunk = onnx.ModelProto()
+            chunk.graph.initializer.append(embedded(p))
+            fh.write(chunk.SerializeToString())
     return out
 
 
