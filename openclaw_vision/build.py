@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from .models.configs import canonical_name
 from .resources import default_model_path
 
 log = logging.getLogger(__name__)
@@ -25,6 +26,7 @@ def ensure_fp32(model: str, model_path: Path | None = None, checkpoint: Path | N
     """`model_path` if given, else the data-home FP32 export of `model` (exported now if missing)."""
     if model_path:
         return Path(model_path)
+    model = canonical_name(model)
     path = default_model_path(model, "fp32")
     if not path.exists():
         from .models.export import export_model
@@ -47,6 +49,8 @@ def ensure_int8(model: str, calib: Path | None = None, fp32_path: Path | None = 
     Calibrates on `calib` (a bag or image folder) or on the built-in sample frames. Raises
     BuildError with the gate's numbers when the quantised model does not pass.
     """
+    if not fp32_path:
+        model = canonical_name(model)
     path = int8_path_for(Path(fp32_path)) if fp32_path else default_model_path(model, "int8")
     if path.exists():
         return path

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import signal
 import sys
 import time
 from pathlib import Path
@@ -15,24 +17,35 @@ log = logging.getLogger("openclaw_vision")
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from .models.configs import canonical_name
     from .models.export import ExportCheckError, export_model
     from .text.build import default_text_model_path
 
-    out = args.out or (
-        default_text_model_path(args.model) if args.tower == "text" else default_model_path(args.model, "fp32")
-    )
+    try:
+        name = canonical_name(args.model)
+    except KeyError as err:
+        print(f"export failed: {err.args[0]}", file=sys.stderr)
+        return 1
+    out = args.out or (default_text_model_path(name) if args.tower == "text" else default_model_path(name, "fp32"))
     if out.exists() and not args.force:
         print(f"{out} exists (use --force to rebuild)")
         return 0
     try:
-        res = export_model(args.model, out, args.checkpoint, args.seed, tower=args.tower)
+        with _terminate_as_exit():
+            res = export_model(name, out, args.checkpoint, args.seed, tower=args.tower)
     except (ExportCheckError, ValueError, KeyError) as err:
         print(f"export failed: {err}", file=sys.stderr)
         return 1
+    if args.json:
+        print(json.dumps({**vars(res), "path": str(res.path), "files": [str(p) for p in res.files]}))
+        return 0
+    files = " + ".join(str(p) for p in res.files)
     print(
-        f"wrote {res.path} ({args.tower} tower {res.model_id}, {res.embed_dim}-d, "
-        f"ORT vs torch min cosine {res.min_cosine:.6f})"
+        f"wrote {files} ({res.size_bytes / 1e6:.1f} MB; {args.tower} tower {res.model_id}, {res.embed_dim}-d,"
+        f" ORT vs torch min cosine {res.min_cosine:.6f} on {res.check_images} inputs; {res.seconds} s)"
     )
+    for ph in res.phases:
+        print(f"  {ph['name']}: {ph['seconds']} s, peak RSS {ph['peak_rss_mb'] / 1e3:.2f} GB")
     return 0
 
 
@@ -66,6 +79,20 @@ def cmd_tokenizer_fetch(args: argparse.Namespace) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def _terminate_as_exit():
+    """SIGTERM raises SystemExit here, so a killed export or quantisation still removes its temporary folder."""
+
+    def _exit(signum, frame):
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, _exit)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def cmd_quantize(args: argparse.Namespace) -> int:
     from .build import ensure_fp32, int8_path_for
     from .models.configs import canonical_name
@@ -96,11 +123,17 @@ def cmd_quantize(args: argparse.Namespace) -> int:
             holdout_every=args.holdout_every,
             threads=args.threads,
             sensitivity=not args.no_sensitivity,
+            sweep=args.sweep,
+            sweep_budget_s=args.sweep_budget_s,
+            probe_frames=args.probe_frames,
+            calib_frames=args.calib_frames,
+            heldout_frames=args.heldout_frames,
             measure_memory=not args.no_memory,
             text_model=args.text_model,
             text=not args.no_text,
         )
-        result = quantize(opts)
+        with _terminate_as_exit():
+            result = quantize(opts)
     except (CalibrationDataError, KeyError, ValueError, FileNotFoundError) as err:
         print(f"quantize: {err}", file=sys.stderr)
         return 2
@@ -113,6 +146,10 @@ def cmd_quantize(args: argparse.Namespace) -> int:
         + f" {len(result['kept_float'])}/{result['layers']} layers kept float"
     )
     report = ", ".join(str(p) for p in written)
+    print(
+        f"{result['seconds']} s, peak RSS {result['peak_rss_mb'] / 1e3:.2f} GB; per phase: "
+        + "; ".join(f"{p['name']} {p['seconds']} s / {p['peak_rss_mb'] / 1e3:.2f} GB" for p in result["phases"])
+    )
     if not result["passed"]:
         print(f"quantize: gate FAILED, no model written: {numbers}\nreport: {report}", file=sys.stderr)
         return 1
@@ -249,6 +286,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args)
 
 
+def cmd_ladder(args: argparse.Namespace) -> int:
+    from .ladder import markdown, measure_latency, run_ladder
+
+    if args.latency_only:  # the ladder's own child step: one process with both sessions
+        print(json.dumps(measure_latency(*args.latency_only, args.calib)))
+        return 0
+    args.argv = sys.argv[1:]
+    result = run_ladder(args)
+    print(markdown(result))
+    print(f"wrote {args.out / 'ladder.md'} and {args.out / 'ladder.json'}")
+    return 0 if all("error" not in r for r in result["models"]) else 1
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from .bench.report import markdown
     from .bench.run import run_bench
@@ -296,6 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="default: ~/.cache/openclaw_vision/models/<model>.fp32.onnx (text: <model>.text.fp32.onnx)",
     )
     p.add_argument("--force", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the result (files, check, phases) as one JSON line")
     p.set_defaults(fn=cmd_export)
 
     from .text.tools import add_label_arguments, add_text_model_arguments
@@ -363,7 +414,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-float-layers", type=int, default=-1, help="most layers kept float (-1: a quarter)")
     p.add_argument("--holdout-every", type=int, default=4, help="every k-th frame is held out for the gate")
     p.add_argument("--threads", type=int, default=0)
-    p.add_argument("--no-sensitivity", action="store_true", help="skip the per-layer sweep (graph order is used)")
+    p.add_argument(
+        "--no-sensitivity",
+        action="store_true",
+        help="skip the sensitivity measures when every layer passes as INT8 (the partition still runs them if needed)",
+    )
+    p.add_argument(
+        "--sweep",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="end-to-end sensitivity sweep (one run per layer): auto = when its estimate fits --sweep-budget-s;"
+        " the one-pass local SQNR measure always runs",
+    )
+    p.add_argument("--sweep-budget-s", type=float, default=600.0)
+    p.add_argument(
+        "--probe-frames", type=int, default=0, help="frames of the local sensitivity pass (0: 16, fewer for big models)"
+    )
+    p.add_argument("--calib-frames", type=int, default=0, help="calibration frames used (0: all, fewer for big models)")
+    p.add_argument(
+        "--heldout-frames", type=int, default=0, help="held-out frames per resolution (0: all, fewer for big models)"
+    )
     p.add_argument("--no-memory", action="store_true", help="skip the per-process memory measurement")
     p.set_defaults(fn=cmd_quantize)
 
@@ -442,6 +512,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-dir", type=Path, default=None, help="default: ~/.cache/openclaw_vision/engines")
     p.add_argument("--force", action="store_true", help="rebuild even if a valid engine is cached")
     p.set_defaults(fn=cmd_build_engine)
+
+    from .ladder import add_arguments as add_ladder_arguments
+
+    p = sub.add_parser(
+        "ladder", help="ViT-B/32 to ViT-bigG-14 on this machine: export, INT8, memory, gate, 1080p latency"
+    )
+    add_ladder_arguments(p)
+    p.set_defaults(fn=cmd_ladder)
 
     p = sub.add_parser("demo", help="build the default model and a sample bag, replay it through the node")
     p.add_argument("--out", type=Path, default=Path("out/demo"))

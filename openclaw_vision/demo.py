@@ -18,16 +18,45 @@ from pathlib import Path
 
 from . import bags
 from .build import BuildError, ensure_int8
+from .models.configs import canonical_name
 from .resources import default_model_path
 
 
 def _ensure_model(model: str, calib: Path) -> Path:
     path = default_model_path(model, "int8")
     if not path.exists():
+        slow = " (ViT-L/H/bigG: minutes to an hour on a 2-core CPU, once)" if _gflops(model) > 100 else ""
         print(
-            f"[demo] building {model} (random init, seed 0): FP32 export, then INT8 calibrated on {calib}", flush=True
+            f"[demo] building {model} (random init, seed 0): FP32 export, then INT8 calibrated on {calib}{slow}",
+            flush=True,
         )
     return ensure_int8(model, calib)
+
+
+def _gflops(model: str) -> float:
+    from .models.configs import get_config
+
+    return get_config(model).flops_per_image() / 1e9
+
+
+def _timeouts(model: str) -> dict[str, float]:
+    """Replay waits scaled to the model: a big model takes longer to load and to finish its last frame."""
+    tflop = _gflops(model) / 1000
+    return {"discovery_timeout": 30.0 + 60.0 * tflop, "settle_timeout": 15.0 + 60.0 * tflop}
+
+
+def policy_line(s: dict) -> str | None:
+    """What the newest-frame policy did, in counts: why latency stays bounded with an encoder slower than the camera."""
+    enc, lat = s["stages_ms"].get("encode"), s["latency_ms"]
+    if not s.get("dropped") or not enc or not s.get("encoded"):
+        return None
+    fifo_s = s["received"] * enc["p50"] / 1000
+    return (
+        f"  policy     newest frame first: the encoder kept up with {s['encoded']} of {s['received']} frames, "
+        f"{s['dropped']} were replaced by a newer one while it was busy; latency P99 {lat['p99']:.0f} ms = "
+        f"{lat['p99'] / enc['p50']:.1f}x one encode (P50 {enc['p50']:.0f} ms) — bounded: a FIFO queue would have "
+        f"made the last frame wait ~{fifo_s:.1f} s"
+    )
 
 
 def _ensure_bag(path: Path, frames: int, fps: float) -> None:
@@ -43,11 +72,10 @@ def _ensure_bag(path: Path, frames: int, fps: float) -> None:
 
 
 def _gate_of(model_path: Path) -> dict | None:
-    """The accuracy gate the INT8 model passed when it was built (saved in its metadata)."""
-    import onnxruntime as ort
+    """The accuracy gate the INT8 model passed when it was built (saved in its metadata; weights not read)."""
+    from .models.onnx_files import read_metadata
 
-    meta = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"]).get_modelmeta()
-    gate = meta.custom_metadata_map.get("quant_gate")
+    gate = read_metadata(model_path).get("quant_gate")
     return json.loads(gate) if gate else None
 
 
@@ -76,6 +104,7 @@ def format_summary(s: dict) -> str:
             if (g := s.get("int8_gate"))
             else []
         ),
+        *([line] if (line := policy_line(s)) else []),
         "  note       the default model has random weights (no download): embeddings are deterministic, not semantic",
     ]
     return "\n".join(lines)
@@ -92,7 +121,12 @@ def run_demo(args: argparse.Namespace) -> int:
     frames_bag = out / "frames"
     _ensure_bag(frames_bag, args.frames, args.fps)
     try:
-        model_path = _ensure_model(args.model, frames_bag)
+        model = canonical_name(args.model)
+    except KeyError as err:
+        print(f"[demo] {err.args[0]}", flush=True)
+        return 2
+    try:
+        model_path = _ensure_model(model, frames_bag)
     except BuildError as err:
         print(f"[demo] {err}", flush=True)
         return 1
@@ -102,7 +136,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
     node_args = [
         "--model",
-        args.model,
+        model,
         "--reliability",
         "reliable",
         "--depth",
@@ -120,7 +154,8 @@ def run_demo(args: argparse.Namespace) -> int:
         try:
             print(f"[demo] replaying {frames_bag} at the bag's rate ({args.fps:g} fps), reliable QoS", flush=True)
             result = replay(
-                ReplayOptions(bag=frames_bag, out=features_bag, rate=1.0, reliability="reliable"), transport
+                ReplayOptions(bag=frames_bag, out=features_bag, rate=1.0, reliability="reliable", **_timeouts(model)),
+                transport,
             )
         finally:
             transport.close()

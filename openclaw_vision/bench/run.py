@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from ..build import ensure_fp32, ensure_int8
+from ..models.configs import canonical_name
 from . import report
 from .harness import host_info, versions
 
@@ -17,6 +18,7 @@ def run_bench(args: argparse.Namespace) -> dict:
     t0 = time.perf_counter()
     modes = ("stages", "node", "roofline") if args.mode == "all" else (args.mode,)
     if set(modes) & {"stages", "node", "roofline"}:
+        args.model = canonical_name(args.model)  # the node's `model` parameter takes the registered spelling
         model_path = ensure_fp32(args.model, args.model_path)
         int8_path = args.int8_model_path or ensure_int8(args.model, fp32_path=args.model_path)
     result: dict = {

@@ -49,7 +49,9 @@ class OnnxRuntimeEncoder:
         try:
             self.session = ort.InferenceSession(str(path), opts, providers=providers or ["CPUExecutionProvider"])
         except Exception as err:  # onnxruntime raises its own exception types; name the file
-            raise EncoderError(f"cannot load {path}: {one_line(err)}") from err
+            data = path.with_name(path.name + ".data")
+            hint = "" if data.is_file() else f" (a model above 1 GB is two files: keep {data.name} beside it)"
+            raise EncoderError(f"cannot load {path}: {one_line(err)}{hint}") from err
         inp, out = self.session.get_inputs()[0], self.session.get_outputs()[0]
         self._input, self._output = inp.name, out.name
         meta = self.session.get_modelmeta().custom_metadata_map

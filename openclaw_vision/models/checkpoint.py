@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import torch
@@ -26,22 +27,62 @@ class CheckpointError(ValueError):
     """A checkpoint that does not fit the architecture it is loaded into."""
 
 
-def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
-    """Read a safetensors file, a torch file, or a Hugging Face folder holding model.safetensors."""
+class LazyState(Mapping):
+    """The tensors of safetensors files, each read only when asked for.
+
+    A full open_clip ViT-bigG-14 checkpoint is ~10 GB (text tower included); read whole, it and
+    the tower it is copied into would not fit beside each other here. Keys and shapes come from
+    the files' headers; `state[key]` reads that one tensor.
+    """
+
+    def __init__(self, files: list[Path]) -> None:
+        from safetensors import safe_open
+
+        self._where: dict[str, Path] = {}
+        self._shapes: dict[str, tuple[int, ...]] = {}
+        for file in files:
+            with safe_open(str(file), framework="pt") as fh:
+                for key in fh.keys():  # noqa: SIM118 - safe_open is not a dict
+                    self._where[key] = file
+                    self._shapes[key] = tuple(fh.get_slice(key).get_shape())
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        from safetensors import safe_open
+
+        with safe_open(str(self._where[key]), framework="pt") as fh:
+            return fh.get_tensor(key)
+
+    def __iter__(self):
+        return iter(self._where)
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def shape(self, key: str) -> tuple[int, ...]:
+        return self._shapes[key]
+
+
+def _shape(state: Mapping, key: str) -> tuple[int, ...]:
+    return state.shape(key) if isinstance(state, LazyState) else tuple(state[key].shape)
+
+
+def read_state_dict(path: Path) -> Mapping[str, torch.Tensor]:
+    """A safetensors file, a torch file, or a Hugging Face folder of *.safetensors — read lazily.
+
+    safetensors: `LazyState` (one tensor at a time); torch files are memory-mapped.
+    """
     path = Path(path)
     if path.is_dir():
         candidates = sorted(path.glob("*.safetensors"))
         if not candidates:
             raise CheckpointError(f"{path}: no *.safetensors file in this folder")
-        state: dict[str, torch.Tensor] = {}
-        for file in candidates:
-            state.update(read_state_dict(file))
-        return state
+        return LazyState(candidates)
     if path.suffix == ".safetensors":
-        from safetensors.torch import load_file
-
-        return load_file(str(path))
-    obj = torch.load(str(path), map_location="cpu", weights_only=True)
+        return LazyState([path])
+    try:
+        obj = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+    except RuntimeError:  # an old (non-zip) torch file cannot be memory-mapped
+        obj = torch.load(str(path), map_location="cpu", weights_only=True)
     if isinstance(obj, dict) and "state_dict" in obj:
         obj = obj["state_dict"]
     if not isinstance(obj, dict):
@@ -75,10 +116,17 @@ def config_from_hf(config_json: Path) -> VisionConfig:
     )
 
 
-def _from_open_clip(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    if any(k.startswith("visual.") for k in state):
-        return {k[len("visual.") :]: v for k, v in state.items() if k.startswith("visual.")}
-    return dict(state)
+#: How one tensor of our tower is made from checkpoint tensors: (source keys, combine).
+Plan = dict[str, tuple[list[str], Callable[..., torch.Tensor]]]
+
+
+def _same(t: torch.Tensor) -> torch.Tensor:
+    return t
+
+
+def _open_clip_plan(state: Mapping, names: list[str]) -> Plan:
+    prefix = "visual." if any(k.startswith("visual.") for k in state) else ""
+    return {name: ([prefix + name], _same) for name in names}
 
 
 _HF_BLOCK = {
@@ -90,48 +138,68 @@ _HF_BLOCK = {
 }
 
 
-def _from_huggingface(state: dict[str, torch.Tensor], layers: int) -> dict[str, torch.Tensor]:
-    out = {
-        "conv1.weight": state["vision_model.embeddings.patch_embedding.weight"],
-        "class_embedding": state["vision_model.embeddings.class_embedding"],
-        "positional_embedding": state["vision_model.embeddings.position_embedding.weight"],
-        "ln_pre.weight": state["vision_model.pre_layrnorm.weight"],
-        "ln_pre.bias": state["vision_model.pre_layrnorm.bias"],
-        "ln_post.weight": state["vision_model.post_layernorm.weight"],
-        "ln_post.bias": state["vision_model.post_layernorm.bias"],
-        "proj": state["visual_projection.weight"].t().contiguous(),
+def _cat(*parts: torch.Tensor) -> torch.Tensor:
+    return torch.cat(parts, dim=0)
+
+
+def _transpose(t: torch.Tensor) -> torch.Tensor:
+    return t.t().contiguous()
+
+
+def _hf_plan(layers: int) -> Plan:
+    plan: Plan = {
+        "conv1.weight": (["vision_model.embeddings.patch_embedding.weight"], _same),
+        "class_embedding": (["vision_model.embeddings.class_embedding"], _same),
+        "positional_embedding": (["vision_model.embeddings.position_embedding.weight"], _same),
+        "ln_pre.weight": (["vision_model.pre_layrnorm.weight"], _same),
+        "ln_pre.bias": (["vision_model.pre_layrnorm.bias"], _same),
+        "ln_post.weight": (["vision_model.post_layernorm.weight"], _same),
+        "ln_post.bias": (["vision_model.post_layernorm.bias"], _same),
+        "proj": (["visual_projection.weight"], _transpose),
     }
     for i in range(layers):
         src = f"vision_model.encoder.layers.{i}."
         dst = f"transformer.resblocks.{i}."
         for kind in ("weight", "bias"):
-            out[dst + f"attn.in_proj_{kind}"] = torch.cat(
-                [state[src + f"self_attn.{p}_proj.{kind}"] for p in ("q", "k", "v")], dim=0
-            )
+            plan[dst + f"attn.in_proj_{kind}"] = ([src + f"self_attn.{p}_proj.{kind}" for p in "qkv"], _cat)
             for hf, oc in _HF_BLOCK.items():
-                out[dst + f"{oc}.{kind}"] = state[src + f"{hf}.{kind}"]
-    return out
+                plan[dst + f"{oc}.{kind}"] = ([src + f"{hf}.{kind}"], _same)
+    return plan
 
 
-def load_into(model: VisionTransformer, state: dict[str, torch.Tensor]) -> None:
-    """Copy a checkpoint (either layout) into `model`, checking every name and shape first."""
+def _planned_shape(state: Mapping, keys: list[str], combine) -> tuple[int, ...]:
+    shapes = [_shape(state, k) for k in keys]
+    if combine is _cat:
+        return (sum(s[0] for s in shapes), *shapes[0][1:])
+    if combine is _transpose:
+        return tuple(reversed(shapes[0]))
+    return shapes[0]
+
+
+def load_into(model: VisionTransformer, state: Mapping[str, torch.Tensor]) -> None:
+    """Copy a checkpoint (either layout) into `model`, checking every name and shape first.
+
+    Tensors are read and copied one at a time (`LazyState`), so loading ViT-bigG-14 needs the
+    tower plus one tensor, not the tower plus the checkpoint. The only layout-specific work
+    (q/k/v concatenation, the projection's transpose) happens here, per tensor.
+    """
     layout = detect_layout(state)
-    try:
-        mapped = _from_open_clip(state) if layout == "open_clip" else _from_huggingface(state, model.cfg.layers)
-    except KeyError as err:
-        raise CheckpointError(f"{layout} checkpoint is missing tensor {err.args[0]!r}") from None
     expected = model.state_dict()
-    missing = sorted(set(expected) - set(mapped))
+    plan = _open_clip_plan(state, list(expected)) if layout == "open_clip" else _hf_plan(model.cfg.layers)
+    missing = sorted({k for name in expected for k in plan[name][0] if k not in state})
     if missing:
         raise CheckpointError(f"{layout} checkpoint lacks {len(missing)} tensors, first: {missing[:3]}")
     for name, want in expected.items():
-        got = mapped[name]
-        if tuple(got.shape) != tuple(want.shape):
+        got = _planned_shape(state, *plan[name])
+        if got != tuple(want.shape):
             raise CheckpointError(
-                f"parameter {name!r}: expected shape {tuple(want.shape)}, found {tuple(got.shape)} "
+                f"parameter {name!r}: expected shape {tuple(want.shape)}, found {got} "
                 f"(is the model config right for this checkpoint?)"
             )
-    model.load_state_dict({k: mapped[k].to(torch.float32) for k in expected}, strict=True)
+    with torch.no_grad():
+        for name, target in expected.items():
+            keys, combine = plan[name]
+            target.copy_(combine(*(state[k] for k in keys)).to(torch.float32))
 
 
 def file_digest(path: Path) -> str:

@@ -1,4 +1,8 @@
-"""Model file size and the peak resident memory of an ONNX Runtime session, one process per model.
+"""Model file size and the resident memory of an ONNX Runtime session, one process per model.
+
+Two numbers: `session_mb`, the peak over loading and one run (what must fit), and `steady_mb`,
+what stays resident afterwards (what the node keeps while it runs); loading needs transient
+buffers (the INT8 ViT-bigG-14: 2.9 GB peak, 1.8 GB steady).
 
 Each measurement runs in a fresh interpreter (`python -m openclaw_vision.quant.memory MODEL`):
 peak RSS is a per-process high-water mark, so two sessions in one process would blur it. The
@@ -12,17 +16,21 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..models.onnx_files import files_size
+from ..phases import release_free_memory, rss_mb
+
 
 def _peak_mb() -> float:
-    """This process's RSS high-water mark. VmHWM, not getrusage's ru_maxrss: that one survives
+    """This process's RSS high-water mark in MB. VmHWM, not getrusage's ru_maxrss: that one survives
     fork+exec and would report the (large) parent's peak."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024.0  # kB
-    raise OSError("no VmHWM in /proc/self/status (Linux only)")
+    peak = rss_mb("VmHWM")
+    if not peak:
+        raise OSError("no VmHWM in /proc/self/status (Linux only)")
+    return peak
 
 
 def measure_here(model: Path) -> dict[str, float]:
+    """Peak RSS over loading `model` and one batch-1 run, and what stays resident after it (steady)."""
     import numpy as np
     import onnxruntime as ort
 
@@ -34,7 +42,14 @@ def measure_here(model: Path) -> dict[str, float]:
     size = inp.shape[-1] if isinstance(inp.shape[-1], int) else 224
     sess.run(None, {inp.name: np.zeros((1, 3, size, size), np.float32)})
     peak = _peak_mb()
-    return {"baseline_rss_mb": round(base, 1), "peak_rss_mb": round(peak, 1), "session_mb": round(peak - base, 1)}
+    release_free_memory()  # load-time buffers ONNX Runtime has freed but glibc still holds
+    steady = rss_mb("VmRSS")
+    return {
+        "baseline_rss_mb": round(base, 1),
+        "peak_rss_mb": round(peak, 1),
+        "session_mb": round(peak - base, 1),
+        "steady_mb": round(steady - base, 1),
+    }
 
 
 def measure(model: Path) -> dict[str, float]:
@@ -44,10 +59,10 @@ def measure(model: Path) -> dict[str, float]:
         check=True,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=3600,  # ViT-bigG-14 FP32: minutes to load 7.4 GB
     )
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    result["file_mb"] = round(Path(model).stat().st_size / 1e6, 2)
+    result["file_mb"] = round(files_size(Path(model)) / 1e6, 2)  # the .onnx and its data file
     return result
 
 

@@ -1,30 +1,70 @@
 """`openclaw-vision quantize`: FP32 ONNX + calibration frames → gated hybrid INT8 Q/DQ model + report.
 
-Steps, in order: frames → preprocessed calibration / held-out tensors → activation statistics
-→ ranges (the chosen method; the others are scored too, for the report) → per-layer sensitivity
-→ hybrid partition against the gate → model written only if the gate passed → memory, batch
-invariance and a quick latency check → report.
+Phases, in order (each timed, with its own peak RSS, in the report):
+1. frames → preprocessed calibration / held-out tensors, one frame at a time;
+2. every layer's weight quantised once, into the scratch folder (`workspace`);
+3. one FP32 session: activation statistics on the calibration frames (one pass) and the
+   reference embeddings of the held-out frames; then it is closed;
+4. ranges for each calibration method; each scored with every layer INT8 (one INT8 session at a time);
+5. sensitivity: the local per-layer SQNR (one pass, any size) and, where affordable, the
+   end-to-end sweep (one run per layer); the sweep's ranking drives the partition when it ran;
+6. hybrid partition against the gate (real Q/DQ models, one session each);
+7. the final model streamed to a temporary folder beside `--out`; batch invariance and a quick
+   latency check (one FP32 and one INT8 session); session memory in fresh processes; moved into
+   place only if the gate passed.
+
+At no point are two FP32 sessions, or more than one INT8 session, open together; the weights are
+on disk once in FP32 and once in INT8 (see workspace.py).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import onnx
 
+from ..models import onnx_files
+from ..phases import PhaseLog
 from . import calibrate, crossmodal, data, memory, partition, sensitivity
 from .evaluate import Evaluator, GateSpec, embed, session, worst
 from .graph import quantisable_layers
-from .qdq import SCHEMES, build_qdq_model, build_switch_model
+from .qdq import SCHEMES, build_probe_model, build_qdq_model, build_switch_model
 from .runtimes import gate_by_runtime, stamp
+from .sensitivity import PROBE_FRAMES
+from .workspace import Workspace
 
 log = logging.getLogger(__name__)
+
+SWEEP_MODES = ("auto", "always", "never")
+
+#: FP32 work (image count × FLOPs per image) each phase may spend when the frame counts are left to
+#: `auto`: ViT-bigG-14 (0.97 TFLOP/image, ~17 s per image with ONNX Runtime on this 2-core machine)
+#: gets 16 calibration, 8 held-out and 4 probe frames; ViT-B/32 (8.8 GFLOP) is never cut.
+CALIB_BUDGET_FLOP = 16e12
+HELDOUT_BUDGET_FLOP = 8e12
+PROBE_BUDGET_FLOP = 4e12
+MIN_CALIB, MIN_HELDOUT, MIN_PROBE = 16, 8, 2
+
+
+def _cap(budget: float, flops: float | None, floor: int) -> int:
+    """Frames a phase may use within `budget` (0: no limit — unknown or cheap model)."""
+    if not flops:
+        return 0
+    return max(floor, int(budget // flops))
+
+
+def _flops(meta: dict[str, str]) -> float | None:
+    """FLOPs per image from the export's `vision_config` metadata (None for a model exported elsewhere)."""
+    try:
+        from ..models.configs import VisionConfig
+
+        return float(VisionConfig(**json.loads(meta["vision_config"])).flops_per_image())
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 @dataclass
@@ -42,7 +82,13 @@ class QuantOptions:
     max_float: int = -1  # -1: a quarter of the quantisable layers
     holdout_every: int = 4
     threads: int = 0
-    sensitivity: bool = True
+    sensitivity: bool = True  # measure it for the report even when every layer passes as INT8
+    sweep: str = "auto"  # end-to-end sweep: auto = when its estimated time is within sweep_budget_s
+    sweep_budget_s: float = 600.0
+    probe_frames: int = 0  # 0: auto (PROBE_FRAMES, fewer for big models)
+    calib_frames: int = 0  # 0: auto (every calibration frame, fewer for big models: CALIB_BUDGET_FLOP)
+    heldout_frames: int = 0  # 0: auto (every held-out frame, fewer for big models: HELDOUT_BUDGET_FLOP)
+    data_threshold: int = onnx_files.EXTERNAL_DATA_THRESHOLD  # INT8 model bytes above which it gets a data file
     measure_memory: bool = True
     text_model: Path | None = None  # FP32 text export for the gate's text term; None: the data home's, if any
     text: bool = True  # False: no text term
@@ -56,116 +102,181 @@ def _progress():
     return lambda it, desc: tqdm(it, desc=desc, leave=False, disable=None)
 
 
-def _latency_ms(sessions: dict, x: np.ndarray, rounds: int = 3, iters: int = 5) -> dict[str, float]:
-    """Median batch-1 latency of each session, interleaved round by round (indicative; bench is the reference)."""
-    times: dict[str, list[float]] = {k: [] for k in sessions}
+def _latency_ms(sessions: dict, x: np.ndarray, budget_s: float = 20.0, rounds: int = 3) -> dict[str, float]:
+    """Median batch-1 latency of each session, interleaved round by round (indicative; bench is the reference).
+
+    Iterations per round shrink for slow models so the check takes about `budget_s` in total.
+    """
     name = {k: s.get_inputs()[0].name for k, s in sessions.items()}
+    out_name = {k: s.get_outputs()[0].name for k, s in sessions.items()}
+    first = {}
     for k, s in sessions.items():
-        s.run(None, {name[k]: x})
+        t = time.perf_counter()
+        s.run([out_name[k]], {name[k]: x})
+        first[k] = time.perf_counter() - t
+    iters = int(np.clip(budget_s / rounds / max(sum(first.values()), 1e-3), 1, 5))
+    times: dict[str, list[float]] = {k: [] for k in sessions}
     for _ in range(rounds):
         for k, s in sessions.items():
             for _ in range(iters):
                 t = time.perf_counter()
-                s.run(None, {name[k]: x})
+                s.run([out_name[k]], {name[k]: x})
                 times[k].append((time.perf_counter() - t) * 1000)
     return {k: round(float(np.median(v)), 2) for k, v in times.items()}
 
 
-def quantize(opts: QuantOptions, frames: list | None = None) -> dict:
+def quantize(opts: QuantOptions, frames=None) -> dict:
     """Run the whole job and return the report dict (`report.write` saves it). See the module doc.
 
-    `frames`: calibration frames already in memory; `opts.calib` is then only their description.
+    `frames`: calibration frames already in memory (any iterable); `opts.calib` is then only their description.
     """
     if opts.scheme not in SCHEMES:
         raise ValueError(f"unknown scheme {opts.scheme!r}; choose one of {', '.join(SCHEMES)}")
     if opts.method not in calibrate.METHODS:
         raise ValueError(f"unknown calibration method {opts.method!r}; choose one of {', '.join(calibrate.METHODS)}")
+    if opts.sweep not in SWEEP_MODES:
+        raise ValueError(f"unknown sweep mode {opts.sweep!r}; choose one of {', '.join(SWEEP_MODES)}")
+    onnx_files.check_data_files(opts.fp32_model)
     t0 = time.perf_counter()
     progress = _progress()
-    proto = onnx.load(str(opts.fp32_model))
-    meta = {p.key: p.value for p in proto.metadata_props}
+    phases = PhaseLog()
+    graph = onnx_files.load_graph(opts.fp32_model)
+    meta = onnx_files.metadata_of(graph)
     if meta.get("precision", "fp32") != "fp32":
         raise ValueError(f"{opts.fp32_model} is a {meta['precision']} model; quantize the FP32 export")
     image_size = int(meta.get("image_size", 224))
-    layers = quantisable_layers(proto)
+    layers = quantisable_layers(graph)
+    del graph
     max_float = len(layers) // 4 if opts.max_float < 0 else opts.max_float
+    flops = _flops(meta)
+    calib_cap = opts.calib_frames or _cap(CALIB_BUDGET_FLOP, flops, MIN_CALIB)
+    held_cap = opts.heldout_frames or _cap(HELDOUT_BUDGET_FLOP, flops, MIN_HELDOUT)
+    probe_n = opts.probe_frames or min(PROBE_FRAMES, _cap(PROBE_BUDGET_FLOP, flops, MIN_PROBE) or PROBE_FRAMES)
 
-    if frames is None:
-        frames = data.load_frames(opts.calib, opts.topic, opts.limit, opts.max_frames)
-    qdata = data.prepare(frames, image_size, str(opts.calib), opts.holdout_every, progress=progress)
-    log.info("%d frames: %d for calibration, %d held out", len(frames), qdata.calibration_frames, len(qdata.native))
+    with phases.phase("read and preprocess frames"):
+        spread = opts.max_frames
+        if calib_cap and held_cap and not opts.limit:  # read only what the caps keep, spread over the recording
+            h = opts.holdout_every
+            spread = min(spread or 1 << 30, max(-(-calib_cap * h // (h - 1)), held_cap * h))
+        if frames is None:
+            frames = data.iter_frames(opts.calib, opts.topic, opts.limit, spread)
+        qdata = data.prepare(frames, image_size, str(opts.calib), opts.holdout_every, progress=progress)
+        del frames
+        qdata = qdata.capped(calib_cap, held_cap)
+    log.info("%d calibration and %d held-out frames", qdata.calibration_frames, len(qdata.native))
+    # A big model: the other calibration methods are scored at the native resolution only.
+    big = bool(flops) and flops * len(qdata.native) * len(qdata.heldout) > HELDOUT_BUDGET_FLOP
 
-    stats = calibrate.collect_stats(
-        opts.fp32_model, sorted({layer.activation for layer in layers}), qdata.calibration, opts.threads, progress
-    )
-    ranges = {m: calibrate.compute_ranges(stats, m, opts.percentile) for m in calibrate.METHODS}
-    text_ref, text_note = (
-        crossmodal.find_reference(meta.get("model_id", opts.fp32_model.stem), opts.text_model, opts.threads)
-        if opts.text
-        else (None, "not computed (--no-text)")
-    )
-    log.info("zero-shot text term: %s", text_note)
-    evaluator = Evaluator(opts.fp32_model, qdata.heldout, opts.threads, text_ref)
-    native = next(iter(qdata.heldout))
+    with Workspace(opts.fp32_model, opts.out.parent) as ws:
+        with phases.phase("quantise weights"):
+            ws.quantise_weights(layers, progress)
 
-    def build(keep: frozenset[str], method: str = opts.method) -> bytes:
-        return build_qdq_model(proto, layers, ranges[method], opts.scheme, keep).SerializeToString()
-
-    methods = {}
-    for m in calibrate.METHODS:
-        scored = evaluator.score(build(frozenset(), m))
-        methods[m] = {"worst": worst(scored).as_dict(), "passed": worst(scored).passes(opts.gate)}
-        log.info("calibration %s, all layers INT8: %s", m, methods[m]["worst"])
-        if m == opts.method:
-            all_int8 = scored
-
-    sens, order = [], [layer.node for layer in layers]
-    if opts.sensitivity or not worst(all_int8).passes(opts.gate):  # the partition needs the ranking
-        switch = build_switch_model(proto, layers, ranges[opts.method], opts.scheme).SerializeToString()
-        sens = sensitivity.sweep(layers, switch, evaluator, native, progress)
-        order = sensitivity.ranking(sens)
-    part = partition.choose(order, build, evaluator, opts.gate, max_float, log.info, all_int8)
-
-    final = build_qdq_model(
-        proto,
-        layers,
-        ranges[opts.method],
-        opts.scheme,
-        frozenset(part.kept_float),
-        metadata={
-            "quant_calibration": json.dumps(
-                {
-                    "method": opts.method,
-                    "percentile": opts.percentile,
-                    "frames": qdata.calibration_frames,
-                    "source": str(opts.calib),
-                }
-            ),
-            "quant_gate": json.dumps({"passed": part.passed, **worst(part.metrics).as_dict()}),
-        },
-    )
-    final_bytes = final.SerializeToString()
-    with tempfile.TemporaryDirectory() as tmp:
-        candidate = Path(tmp) / "candidate.int8.onnx"
-        candidate.write_bytes(final_bytes)
-        by_runtime = gate_by_runtime(candidate, evaluator, opts.gate)  # the same model, as each runtime rounds it
-        final_bytes = stamp(final, by_runtime)
-        mem = (
-            {"fp32": memory.measure(opts.fp32_model), "int8": memory.measure(candidate)} if opts.measure_memory else {}
+        with phases.phase("FP32: calibration pass and reference embeddings"):
+            tensors = sorted({layer.activation for layer in layers})
+            obs = session(ws.write(calibrate.observation_model(ws.graph, tensors), "observe"), opts.threads, "basic")
+            batch = calibrate.observe_batch(obs, tensors)
+            t = time.perf_counter()
+            stats = calibrate.collect_stats(obs, tensors, qdata.batches(batch), progress)
+            fp32_s_per_image = (time.perf_counter() - t) / qdata.calibration_frames
+            # same batch: ONNX Runtime keeps every graph output of a run alive until it ends, fetched or not
+            reference = {res: embed(obs, x, batch) for res, x in qdata.heldout.items()}
+            del obs
+        ranges = {m: calibrate.compute_ranges(stats, m, opts.percentile) for m in calibrate.METHODS}
+        text_ref, text_note = (
+            crossmodal.find_reference(meta.get("model_id", opts.fp32_model.stem), opts.text_model, opts.threads)
+            if opts.text
+            else (None, "not computed (--no-text)")
         )
-        int8_sess, fp32_sess = session(str(candidate), opts.threads), session(opts.fp32_model, opts.threads)
-        one = embed(int8_sess, qdata.native, batch=1)
-        eight = embed(int8_sess, qdata.native, batch=8)
-        latency = _latency_ms({"fp32": fp32_sess, "int8": int8_sess}, qdata.native[:1])
-        if part.passed:
-            opts.out.parent.mkdir(parents=True, exist_ok=True)
-            opts.out.write_bytes(final_bytes)
-        elif opts.out.exists():
-            opts.out.unlink()  # a stale model from an earlier passing run must not look like this run's result
+        log.info("zero-shot text term: %s", text_note)
+        evaluator = Evaluator(qdata.heldout, reference, opts.threads, text=text_ref)
+        native = next(iter(qdata.heldout))
+        built = {"n": 0}
 
-    w = worst(part.metrics)
-    fp32_mb = opts.fp32_model.stat().st_size / 1e6
-    int8_mb = len(final_bytes) / 1e6
+        def build(keep: frozenset[str], method: str = opts.method) -> Path:
+            built["n"] += 1
+            model = build_qdq_model(ws.graph, layers, ranges[method], opts.scheme, keep, weights=ws.weights)
+            return ws.write(model, f"candidate{built['n']}")
+
+        with phases.phase("calibration methods, every layer INT8"):
+            methods = {}
+            for m in calibrate.METHODS:
+                rows = [evaluator.rows[0].name] if big and m != opts.method else None
+                scored = evaluator.score(build(frozenset(), m), rows)
+                methods[m] = {
+                    "worst": worst(scored).as_dict(),
+                    "passed": worst(scored).passes(opts.gate),
+                    "rows": list(scored),
+                }
+                log.info("calibration %s, all layers INT8: %s", m, methods[m]["worst"])
+                if m == opts.method:
+                    all_int8 = scored
+
+        local, sens, order = [], [], [layer.node for layer in layers]
+        sweep_cost = len(layers) * min(sensitivity.SWEEP_FRAMES, len(qdata.native)) * fp32_s_per_image * 1.5
+        run_sweep = opts.sweep == "always" or (opts.sweep == "auto" and sweep_cost <= opts.sweep_budget_s)
+        if opts.sensitivity or not worst(all_int8).passes(opts.gate):  # the partition needs a ranking
+            with phases.phase("sensitivity, local (one pass)"):
+                probe = build_probe_model(ws.graph, layers, ranges[opts.method], opts.scheme, weights=ws.weights)
+                probe_sess = session(ws.write(probe, "probe"), opts.threads)
+                probe_x = data.spread(qdata.calibration, probe_n)
+                # one image per run: ONNX Runtime schedules the probe branches late, so a run holds
+                # nearly every activation of the network at once (ViT-L-14: +1.7 GB at batch 4, +0.4 GB at 1)
+                local = sensitivity.local(layers, probe_sess, (probe_x[i : i + 1] for i in range(len(probe_x))))
+                del probe_sess
+                order = sensitivity.local_ranking(local)
+            if run_sweep:
+                with phases.phase("sensitivity, end-to-end sweep"):
+                    switch = build_switch_model(ws.graph, layers, ranges[opts.method], opts.scheme, ws.weights)
+                    sens = sensitivity.sweep(layers, ws.write(switch, "switch"), evaluator, native, progress)
+                    order = sensitivity.ranking(sens)
+        with phases.phase("partition"):
+            part = partition.choose(order, build, evaluator, opts.gate, max_float, log.info, all_int8)
+
+        w = worst(part.metrics)
+        final = build_qdq_model(
+            ws.graph,
+            layers,
+            ranges[opts.method],
+            opts.scheme,
+            frozenset(part.kept_float),
+            metadata={
+                "quant_calibration": json.dumps(
+                    {
+                        "method": opts.method,
+                        "percentile": opts.percentile,
+                        "frames": qdata.calibration_frames,
+                        "source": str(opts.calib),
+                    }
+                ),
+                "quant_gate": json.dumps({"passed": part.passed, **w.as_dict()}),
+            },
+            weights=ws.weights,
+        )
+        with phases.phase("gate on every installed runtime"):
+            by_runtime = gate_by_runtime(ws.write(final, "final"), evaluator, opts.gate)  # as each one rounds it
+            stamp(final, by_runtime)
+        with onnx_files.Staged(opts.out) as stage:
+            with phases.phase("write the INT8 model"):
+                ws.finalize(ws.write(final, "final"), stage.path, opts.data_threshold)
+            with phases.phase("checks: batch invariance and latency"):
+                int8_sess = session(stage.path, opts.threads)
+                few = qdata.native[: 4 if big else 8]
+                one, eight = embed(int8_sess, few, batch=1), embed(int8_sess, few, batch=8)
+                fp32_sess = session(opts.fp32_model, opts.threads)
+                latency = _latency_ms({"fp32": fp32_sess, "int8": int8_sess}, qdata.native[:1])
+                del int8_sess, fp32_sess
+            mem = {}
+            if opts.measure_memory:
+                with phases.phase("session memory (fresh processes)"):
+                    mem = {"fp32": memory.measure(opts.fp32_model), "int8": memory.measure(stage.path)}
+            fp32_bytes = onnx_files.files_size(opts.fp32_model)
+            int8_bytes = onnx_files.files_size(stage.path)
+            int8_files = [p.name for p in onnx_files.model_files(stage.path)]
+            if part.passed:
+                stage.commit()
+            elif opts.out.exists():
+                onnx_files.remove_model(opts.out)  # a stale model from an earlier passing run must not look current
+
     return {
         "passed": part.passed,
         "model": meta.get("model_id", opts.fp32_model.stem),
@@ -174,6 +285,7 @@ def quantize(opts: QuantOptions, frames: list | None = None) -> dict:
         else "checkpoint weights",
         "fp32_model": str(opts.fp32_model),
         "int8_model": str(opts.out) if part.passed else None,
+        "int8_files": int8_files if part.passed else [],
         "scheme": opts.scheme,
         "calibration": {
             "method": opts.method,
@@ -181,12 +293,24 @@ def quantize(opts: QuantOptions, frames: list | None = None) -> dict:
             "source": str(opts.calib),
             "frames": qdata.calibration_frames,
             "heldout_frames": len(qdata.native),
+            "passes": 1,
+            "images_per_run": batch,
+            "frame_caps": {"calibration": calib_cap, "heldout": held_cap, "probe": probe_n},
+            "flops_per_image": flops,
+            "note": "frame counts cut to the FP32 compute budget (big model)"
+            if (calib_cap or held_cap) and not (opts.calib_frames or opts.heldout_frames)
+            else "",
         },
         "gate": {
             "mean_cosine": opts.gate.mean_cosine,
             "min_cosine": opts.gate.min_cosine,
             "nn_agreement": opts.gate.nn_agreement,
+            "checks": [
+                {"name": c.name, "metric": c.metric, "requirement": c.requirement(), "value": getattr(w, c.metric)}
+                for c in opts.gate.checks()
+            ],
             "zero_shot_top1": opts.gate.zero_shot_top1 if text_ref else None,
+            "rows": [r.name for r in evaluator.rows],
             "resolutions": list(qdata.heldout),
         },
         "mean_cosine": round(w.mean_cosine, 7),
@@ -218,16 +342,34 @@ def quantize(opts: QuantOptions, frames: list | None = None) -> dict:
             for t in part.trials
         ],
         "methods": methods,
+        "ranking": "end-to-end sweep" if sens else ("local SQNR" if local else "graph order (no sensitivity run)"),
+        "sweep": {
+            "ran": bool(sens),
+            "mode": opts.sweep,
+            "estimated_s": round(sweep_cost, 1),
+            "budget_s": opts.sweep_budget_s,
+        },
         "sensitivity": [s.as_dict() for s in sens],
         "sensitivity_by_role": {k: float(f"{v:.4g}") for k, v in sensitivity.by_group(sens, "role").items()},
         "sensitivity_by_block": {k: float(f"{v:.4g}") for k, v in sensitivity.by_group(sens, "block").items()},
+        "sensitivity_local": [r.as_dict() for r in local],
+        "sensitivity_local_frames": len(data.spread(qdata.calibration, probe_n)) if local else 0,
+        "sensitivity_blocks": sensitivity.block_table(local),
+        "rank_agreement": round(
+            sensitivity.rank_agreement(sensitivity.local_ranking(local), sensitivity.ranking(sens)), 3
+        )
+        if local and sens
+        else None,
         "size_mb": {
-            "fp32": round(fp32_mb, 2),
-            "int8": round(int8_mb, 2),
-            "cut_percent": round(100 * (1 - int8_mb / fp32_mb), 1),
+            "fp32": round(fp32_bytes / 1e6, 2),
+            "int8": round(int8_bytes / 1e6, 2),
+            "cut_percent": round(100 * (1 - int8_bytes / fp32_bytes), 1),
         },
         "memory": mem,
         "batch_invariance_max_abs": float(f"{np.abs(one - eight).max():.3g}"),
         "latency_b1_ms": latency,
+        "fp32_seconds_per_image": round(fp32_s_per_image, 3),
+        "phases": phases.as_list(),
+        "peak_rss_mb": phases.peak_rss_mb,
         "seconds": round(time.perf_counter() - t0, 1),
     }

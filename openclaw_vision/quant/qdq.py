@@ -10,6 +10,7 @@ shrinks the file. `u8s8` (unsigned, asymmetric activations) is an ONNX-Runtime-o
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import numpy as np
 import onnx
@@ -44,6 +45,71 @@ def quantise_weight(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
     return q, scale
 
 
+#: (INT8 weights named `<weight>_int8`, their per-channel scales named `<weight>_int8_scale`) of a layer.
+WeightTensors = Callable[[Layer], tuple[TensorProto, TensorProto]]
+
+
+def int8_name(layer: Layer) -> str:
+    return f"{layer.weight}_int8"
+
+
+def embedded_weights(model: onnx.ModelProto) -> WeightTensors:
+    """Quantise each layer's weight from `model`'s embedded initializers when asked (small models, tests).
+
+    A large model's weights come from `workspace.Workspace` instead: quantised once, kept on disk.
+    """
+    inits = {i.name: i for i in model.graph.initializer}
+
+    def get(layer: Layer) -> tuple[TensorProto, TensorProto]:
+        q, scale = quantise_weight(numpy_helper.to_array(inits[layer.weight]), layer.channel_axis)
+        return numpy_helper.from_array(q, int8_name(layer)), numpy_helper.from_array(scale, f"{int8_name(layer)}_scale")
+
+    return get
+
+
+def _weight_dq(layer: Layer, weights: WeightTensors, done: dict[str, str], inits: list[TensorProto], nodes: list):
+    """DequantizeLinear of the layer's INT8 weight (added once per weight); returns its output name."""
+    base = int8_name(layer)
+    if base not in done:
+        q, scale = weights(layer)
+        inits += [q, scale, numpy_helper.from_array(np.zeros(tuple(scale.dims), np.int8), f"{base}_zp")]
+        nodes.append(
+            helper.make_node(
+                "DequantizeLinear",
+                [base, f"{base}_scale", f"{base}_zp"],
+                [f"{base}_dq"],
+                name=f"{base}_DQ",
+                axis=layer.channel_axis,
+            )
+        )
+        done[base] = f"{base}_dq"
+    return done[base]
+
+
+def _activation_qdq(act: str, r: Range, scheme: str, done: dict[str, str], inits: list[TensorProto], nodes: list):
+    """QuantizeLinear→DequantizeLinear of an activation with its calibrated range (once per tensor)."""
+    if act not in done:
+        scale, zp = activation_qparams(r, scheme)
+        base = f"{act}_qdq"
+        inits += [numpy_helper.from_array(scale, f"{base}_scale"), numpy_helper.from_array(zp, f"{base}_zp")]
+        nodes.append(
+            helper.make_node("QuantizeLinear", [act, f"{base}_scale", f"{base}_zp"], [f"{base}_q"], name=f"{base}_Q")
+        )
+        nodes.append(
+            helper.make_node(
+                "DequantizeLinear", [f"{base}_q", f"{base}_scale", f"{base}_zp"], [f"{base}_dq"], name=f"{base}_DQ"
+            )
+        )
+        done[act] = f"{base}_dq"
+    return done[act]
+
+
+def _range_of(ranges: dict[str, Range], layer: Layer) -> Range:
+    if layer.activation not in ranges:
+        raise KeyError(f"no calibration range for {layer.activation} (input of {layer.node})")
+    return ranges[layer.activation]
+
+
 def build_qdq_model(
     model: onnx.ModelProto,
     layers: list[Layer],
@@ -51,14 +117,19 @@ def build_qdq_model(
     scheme: str = "s8s8",
     keep_float: frozenset[str] | set[str] = frozenset(),
     metadata: dict[str, str] | None = None,
+    weights: WeightTensors | None = None,
 ) -> onnx.ModelProto:
-    """Copy of `model` with every layer not named in `keep_float` quantised; metadata updated."""
+    """Copy of `model` with every layer not named in `keep_float` quantised; metadata updated.
+
+    `model` may carry its weights or refer to external data (only the graph is copied then);
+    `weights` gives each layer's INT8 tensors (default: quantised from `model`'s own initializers).
+    """
     if scheme not in SCHEMES:
         raise ValueError(f"unknown scheme {scheme!r}; choose one of {', '.join(SCHEMES)}")
+    weights = weights or embedded_weights(model)
     out = onnx.ModelProto()
     out.CopyFrom(model)
     graph = out.graph
-    inits = {i.name: i for i in graph.initializer}
     uses: dict[str, int] = {}
     for node in graph.node:
         for name in node.input:
@@ -67,54 +138,16 @@ def build_qdq_model(
     todo = {layer.node: layer for layer in layers if layer.node not in keep_float}
     new_inits: list[TensorProto] = []
     done_act: dict[str, str] = {}
+    done_w: dict[str, str] = {}
     dropped: set[str] = set()
     nodes = []
     for node in graph.node:
         layer = todo.get(node.name)
         if layer is not None:
-            act = layer.activation
-            if act not in done_act:
-                if act not in ranges:
-                    raise KeyError(f"no calibration range for {act} (input of {layer.node})")
-                scale, zp = activation_qparams(ranges[act], scheme)
-                base = f"{act}_qdq"
-                new_inits += [
-                    numpy_helper.from_array(scale, f"{base}_scale"),
-                    numpy_helper.from_array(zp, f"{base}_zp"),
-                ]
-                nodes.append(
-                    helper.make_node(
-                        "QuantizeLinear", [act, f"{base}_scale", f"{base}_zp"], [f"{base}_q"], name=f"{base}_Q"
-                    )
-                )
-                nodes.append(
-                    helper.make_node(
-                        "DequantizeLinear",
-                        [f"{base}_q", f"{base}_scale", f"{base}_zp"],
-                        [f"{base}_dq"],
-                        name=f"{base}_DQ",
-                    )
-                )
-                done_act[act] = f"{base}_dq"
-            w = numpy_helper.to_array(inits[layer.weight])
-            q, wscale = quantise_weight(w, layer.channel_axis)
-            wbase = f"{layer.weight}_int8"
-            new_inits += [
-                numpy_helper.from_array(q, wbase),
-                numpy_helper.from_array(wscale, f"{wbase}_scale"),
-                numpy_helper.from_array(np.zeros(wscale.shape, np.int8), f"{wbase}_zp"),
-            ]
-            nodes.append(
-                helper.make_node(
-                    "DequantizeLinear",
-                    [wbase, f"{wbase}_scale", f"{wbase}_zp"],
-                    [f"{wbase}_dq"],
-                    name=f"{wbase}_DQ",
-                    axis=layer.channel_axis,
-                )
+            node.input[0] = _activation_qdq(
+                layer.activation, _range_of(ranges, layer), scheme, done_act, new_inits, nodes
             )
-            node.input[0] = done_act[act]
-            node.input[1] = f"{wbase}_dq"
+            node.input[1] = _weight_dq(layer, weights, done_w, new_inits, nodes)
             if uses.get(layer.weight, 0) == 1:
                 dropped.add(layer.weight)
         nodes.append(node)
@@ -146,7 +179,11 @@ SWITCH_INPUT = "quant_switch"
 
 
 def build_switch_model(
-    model: onnx.ModelProto, layers: list[Layer], ranges: dict[str, Range], scheme: str = "s8s8"
+    model: onnx.ModelProto,
+    layers: list[Layer],
+    ranges: dict[str, Range],
+    scheme: str = "s8s8",
+    weights: WeightTensors | None = None,
 ) -> onnx.ModelProto:
     """One model in which each layer's quantisation is switched on or off per run (fake quantisation).
 
@@ -156,28 +193,26 @@ def build_switch_model(
     `build_qdq_model`, with float accumulation instead of integer. One session then serves a
     whole sensitivity sweep instead of one session build per layer.
     """
+    weights = weights or embedded_weights(model)
     out = onnx.ModelProto()
     out.CopyFrom(model)
     graph = out.graph
-    inits = {i.name: i for i in graph.initializer}
     index = {layer.node: i for i, layer in enumerate(layers)}
     graph.input.append(helper.make_tensor_value_info(SWITCH_INPUT, TensorProto.BOOL, [len(layers)]))
     new_inits: list[TensorProto] = []
+    done_w: dict[str, str] = {}
     nodes = []
     for node in graph.node:
         if node.name in index:
             i, layer = index[node.name], layers[index[node.name]]
             base = f"switch{i}"
-            scale, zp = activation_qparams(ranges[layer.activation], scheme)
-            q, wscale = quantise_weight(numpy_helper.to_array(inits[layer.weight]), layer.channel_axis)
+            scale, zp = activation_qparams(_range_of(ranges, layer), scheme)
             new_inits += [
                 numpy_helper.from_array(np.array([i], np.int64), f"{base}_index"),
                 numpy_helper.from_array(scale, f"{base}_scale"),
                 numpy_helper.from_array(zp, f"{base}_zp"),
-                numpy_helper.from_array(q, f"{base}_w"),
-                numpy_helper.from_array(wscale, f"{base}_wscale"),
-                numpy_helper.from_array(np.zeros(wscale.shape, np.int8), f"{base}_wzp"),
             ]
+            wdq = _weight_dq(layer, weights, done_w, new_inits, nodes)
             act, weight = node.input[0], node.input[1]
             nodes += [
                 helper.make_node("Gather", [SWITCH_INPUT, f"{base}_index"], [f"{base}_on1"], axis=0),
@@ -185,16 +220,68 @@ def build_switch_model(
                 helper.make_node("QuantizeLinear", [act, f"{base}_scale", f"{base}_zp"], [f"{base}_aq"]),
                 helper.make_node("DequantizeLinear", [f"{base}_aq", f"{base}_scale", f"{base}_zp"], [f"{base}_adq"]),
                 helper.make_node("Where", [f"{base}_on", f"{base}_adq", act], [f"{base}_a"]),
-                helper.make_node(
-                    "DequantizeLinear",
-                    [f"{base}_w", f"{base}_wscale", f"{base}_wzp"],
-                    [f"{base}_wdq"],
-                    axis=layer.channel_axis,
-                ),
-                helper.make_node("Where", [f"{base}_on", f"{base}_wdq", weight], [f"{base}_wsel"]),
+                helper.make_node("Where", [f"{base}_on", wdq, weight], [f"{base}_wsel"]),
             ]
             node.input[0], node.input[1] = f"{base}_a", f"{base}_wsel"
         nodes.append(node)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    graph.initializer.extend(new_inits)
+    return out
+
+
+def probe_outputs(i: int) -> tuple[str, str]:
+    """(squared error, squared signal) outputs of layer i in the probe model."""
+    return f"probe{i}_err", f"probe{i}_sig"
+
+
+def build_probe_model(
+    model: onnx.ModelProto,
+    layers: list[Layer],
+    ranges: dict[str, Range],
+    scheme: str = "s8s8",
+    weights: WeightTensors | None = None,
+) -> onnx.ModelProto:
+    """The float model plus, beside every quantisable layer, the same layer on fake-quantised inputs.
+
+    Layer i's branch reads the layer's *float* input, quantises it with its calibrated scale,
+    multiplies by the dequantised INT8 weight (same scales and rounding as `build_qdq_model`;
+    ONNX Runtime fuses the Q/DQ pair into its integer MatMul) and compares with the float
+    layer's own output: outputs `probe{i}_err` = Σ(y_q − y)² and `probe{i}_sig` = Σy² over the
+    batch (MatMul output, before the bias). The float path is untouched, so each layer's error
+    is its own — one run scores every layer at once, at about twice the cost of a float run.
+    """
+    weights = weights or embedded_weights(model)
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    graph = out.graph
+    index = {layer.node: i for i, layer in enumerate(layers)}
+    new_inits: list[TensorProto] = []
+    done_act: dict[str, str] = {}
+    done_w: dict[str, str] = {}
+    nodes = []
+    for node in graph.node:
+        nodes.append(node)
+        if node.name not in index:
+            continue
+        i, layer = index[node.name], layers[index[node.name]]
+        act = _activation_qdq(layer.activation, _range_of(ranges, layer), scheme, done_act, new_inits, nodes)
+        wdq = _weight_dq(layer, weights, done_w, new_inits, nodes)
+        branch = onnx.NodeProto()
+        branch.CopyFrom(node)
+        branch.name = f"probe{i}"
+        del branch.input[:2]
+        branch.input[0:0] = [act, wdq]
+        del branch.output[:]
+        branch.output.append(f"probe{i}_y")
+        err, sig = probe_outputs(i)
+        nodes += [
+            branch,
+            helper.make_node("Sub", [f"probe{i}_y", node.output[0]], [f"probe{i}_diff"]),
+            helper.make_node("ReduceSumSquare", [f"probe{i}_diff"], [err], keepdims=0),
+            helper.make_node("ReduceSumSquare", [node.output[0]], [sig], keepdims=0),
+        ]
+        graph.output.extend([helper.make_tensor_value_info(name, TensorProto.FLOAT, []) for name in (err, sig)])
     del graph.node[:]
     graph.node.extend(nodes)
     graph.initializer.extend(new_inits)

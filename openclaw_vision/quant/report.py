@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
+
 
 def markdown(r: dict) -> str:
     verdict = "PASSED" if r["passed"] else "FAILED — no model written"
@@ -16,18 +18,14 @@ def markdown(r: dict) -> str:
         f"per-tensor activations). Calibration: {r['calibration']['method']} on {r['calibration']['frames']} frames "
         f"from `{r['calibration']['source']}`; {r['calibration']['heldout_frames']} held-out frames.",
         "",
-        "## Gate (held-out frames, worst over resolutions)",
+        "## Gate (held-out frames, worst over the rows)",
         "",
-        "| metric | measured | required |",
+        "| check | measured | required |",
         "|---|---|---|",
-        f"| mean cosine vs FP32 | {r['mean_cosine']:.6f} | >= {g['mean_cosine']} |",
-        f"| min cosine vs FP32 | {r['min_cosine']:.6f} | >= {g['min_cosine']} |",
-        f"| nearest-neighbour agreement | {r['nn_agreement']:.2%} | >= {g['nn_agreement']:.0%} |",
-        f"| retrieval KL (logit scale 100) | {r['kl']:.3g} | (reported) |",
-        f"| collapse degree, image term | {r['collapse']['image']:.3g} | (reported) |",
-        *_zero_shot_rows(r),
+        *[f"| {c['name']} | {_fmt(c['metric'], c['value'])} | {_requirement(c, r)} |" for c in g["checks"]],
+        *_text_collapse_rows(r),
         "",
-        "| resolution | mean cos | min cos | NN agreement | KL |",
+        "| row | mean cos | min cos | NN agreement | KL |",
         "|---|---|---|---|---|",
     ]
     for res, m in r["per_resolution"].items():
@@ -64,10 +62,11 @@ def markdown(r: dict) -> str:
             f"| {name} | {w['mean_cosine']:.6f} | {w['min_cosine']:.6f} | {w['nn_agreement']:.2%} "
             f"| {'pass' if m['passed'] else 'fail'} |"
         )
+    lines += _local_section(r)
     if r["sensitivity"]:
         lines += [
             "",
-            "## Sensitivity (each layer quantised alone, native resolution)",
+            "## Sensitivity, end to end (each layer quantised alone, native resolution)",
             "",
             "![sensitivity](sensitivity.png)",
             "",
@@ -82,6 +81,13 @@ def markdown(r: dict) -> str:
                 f"| {s['label']} | {s['role']} | {s['block']} | {s['mean_cosine']:.7f} | {s['min_cosine']:.7f} "
                 f"| {s['kl']:.3g} |"
             )
+    else:
+        sw = r["sweep"]
+        lines += [
+            "",
+            f"End-to-end sweep not run ({sw['mode']}: estimated {sw['estimated_s']} s, budget {sw['budget_s']} s);"
+            f" the partition ranked layers by {r['ranking']}.",
+        ]
     size, mem = r["size_mb"], r.get("memory") or {}
     lines += [
         "",
@@ -91,9 +97,10 @@ def markdown(r: dict) -> str:
     ]
     if mem:
         lines.append(
-            f"- Session memory (peak RSS of a fresh process minus its baseline): FP32 {mem['fp32']['session_mb']} MB, "
-            f"INT8 {mem['int8']['session_mb']} MB (peak RSS {mem['fp32']['peak_rss_mb']} vs "
-            f"{mem['int8']['peak_rss_mb']} MB)."
+            f"- Session memory (peak RSS of a fresh process over load and one run, minus its baseline): FP32"
+            f" {mem['fp32']['session_mb']} MB, INT8 {mem['int8']['session_mb']} MB"
+            f" ({100 * (mem['int8']['session_mb'] / mem['fp32']['session_mb'] - 1):+.1f} %); resident afterwards:"
+            f" FP32 {mem['fp32'].get('steady_mb')} MB, INT8 {mem['int8'].get('steady_mb')} MB."
         )
     lat = r["latency_b1_ms"]
     lines += [
@@ -101,7 +108,14 @@ def markdown(r: dict) -> str:
         f"- Batch-1 latency here (indicative, interleaved): FP32 {lat['fp32']} ms, INT8 {lat['int8']} ms "
         f"({lat['fp32'] / lat['int8']:.2f}x); `openclaw-vision bench --mode stages` is the reference measurement.",
         "",
-        f"Took {r['seconds']} s.",
+        "## Time and memory per phase",
+        "",
+        "| phase | seconds | peak RSS (GB) |",
+        "|---|---|---|",
+        *[f"| {p['name']} | {p['seconds']} | {p['peak_rss_mb'] / 1e3:.2f} |" for p in r["phases"]],
+        "",
+        f"Took {r['seconds']} s; peak RSS {r['peak_rss_mb'] / 1e3:.2f} GB (this process; session memory above is"
+        " measured in fresh child processes, one at a time).",
     ]
     return "\n".join(lines) + "\n"
 
@@ -125,19 +139,75 @@ def runtime_rows(rows: dict) -> list[str]:
     return out
 
 
-def _zero_shot_rows(r: dict) -> list[str]:
-    """The text term: zero-shot agreement on a fixed label set (or why it is missing) and the CMCD's two terms."""
-    c, zs = r["collapse"], r.get("zero_shot") or {}
-    rows = [f"| collapse degree, text term | {c['text']:.3g} | ({c['text_note']}) |",
-            f"| cross-modal collapse degree (CMCD, both terms) | {c['cmcd']:.3g} | (reported) |"]  # fmt: skip
-    if zs.get("top1_agreement") is None:
-        return [*rows, f"| zero-shot top-1 agreement | — | {zs.get('note', 'not computed')} |"]
+def _text_collapse_rows(r: dict) -> list[str]:
+    """The collapse metric's text term and the CMCD (both terms), beside the gate's checks."""
+    c = r["collapse"]
     return [
-        *rows,
-        f"| zero-shot top-1 agreement ({len(zs['labels'])} labels, FP32 text tower) | {zs['top1_agreement']:.2%} "
-        f"| >= {r['gate']['zero_shot_top1']:.0%} |",
-        f"| zero-shot score KL (logit scale {zs['logit_scale']:g}) | {zs['kl']:.3g} | (reported) |",
+        f"| collapse degree, text term | {c['text']:.3g} | ({c['text_note']}) |",
+        f"| cross-modal collapse degree (CMCD, both terms) | {c['cmcd']:.3g} | (reported) |",
     ]
+
+
+def _requirement(check: dict, r: dict) -> str:
+    """The check's bound; for a text-tower check without a text tower, why it was not measured."""
+    if check["value"] is None:
+        return (r.get("zero_shot") or {}).get("note", "not computed")
+    return check["requirement"]
+
+
+def _fmt(metric: str, value: float | None) -> str:
+    if value is None:
+        return "—"
+    if metric in ("nn_agreement", "zero_shot_top1"):
+        return f"{value:.2%}"
+    if metric in ("kl", "collapse", "zero_shot_kl"):
+        return f"{value:.3g}"
+    return f"{value:.6f}"
+
+
+ROLES = ("qkv", "attn_out", "mlp_fc", "mlp_proj")
+
+
+def _local_section(r: dict) -> list[str]:
+    """The one-pass local sensitivity: per-block SQNR table and a summary of where the model is fragile."""
+    local = r.get("sensitivity_local") or []
+    if not local:
+        return []
+    blocks = r["sensitivity_blocks"]
+    inner = [b for b in blocks if b["block"] >= 0]
+    outside = {s["role"]: s["sqnr_db"] for s in local if s["block"] < 0}
+    lines = [
+        "",
+        "## Sensitivity, local (each layer's output SQNR under its own INT8, one pass)",
+        "",
+        f"SQNR = 10·log10(Σy² / Σ(y_int8 − y)²) of each layer's output with its own input and weight quantised"
+        f" (everything before it float), over {r['sensitivity_local_frames']} calibration frames. Lower = more"
+        f" disturbed. Partition ranking used: {r['ranking']}."
+        + (
+            f" Agreement with the end-to-end sweep's ranking (Spearman): {r['rank_agreement']}."
+            if r.get("rank_agreement") is not None
+            else ""
+        ),
+        "",
+        "Outside the blocks: " + ", ".join(f"{k} {v} dB" for k, v in outside.items()),
+        "",
+    ]
+    if inner:
+        by_role = {role: [b[role] for b in inner if b.get(role) is not None] for role in ROLES}
+        q = max(1, len(inner) // 4)
+        early, late = inner[:q], inner[-q:]
+        lines += [
+            "Mean SQNR by role: "
+            + ", ".join(f"{role} {np.mean(v):.1f} dB" for role, v in by_role.items() if v)
+            + f". First {q} blocks' worst layer, mean {np.mean([b['worst_db'] for b in early]):.1f} dB;"
+            f" last {q} blocks' {np.mean([b['worst_db'] for b in late]):.1f} dB.",
+            "",
+            "| block | " + " | ".join(ROLES) + " | worst |",
+            "|---|" + "---|" * (len(ROLES) + 1),
+        ]
+        for b in inner:
+            lines.append(f"| {b['block']} | " + " | ".join(f"{b.get(k, '')}" for k in ROLES) + f" | {b['worst_db']} |")
+    return lines
 
 
 _ROLE_COLOURS = {"patch_embed": "C0", "qkv": "C1", "attn_out": "C2", "mlp_fc": "C3", "mlp_proj": "C4", "proj": "C5"}

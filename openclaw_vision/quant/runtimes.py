@@ -60,7 +60,7 @@ def gate_by_runtime(model: Path, evaluator: Evaluator, gate: GateSpec, runtimes:
     out = {}
     for rt in runtimes or installed_runtimes():
         emb = evaluate_with(rt, model, evaluator.heldout, evaluator.threads)
-        per_res = {res: compare(e, evaluator.reference[res]) for res, e in emb.items()}
+        per_res = {res: compare(e, evaluator.reference[res], evaluator.text) for res, e in emb.items()}
         w = worst(per_res)
         out[rt] = {
             "passed": w.passes(gate),
@@ -71,12 +71,12 @@ def gate_by_runtime(model: Path, evaluator: Evaluator, gate: GateSpec, runtimes:
     return out
 
 
-def stamp(model: onnx.ModelProto, rows: dict) -> bytes:
-    """`model` serialised with the per-runtime verdicts in its metadata (what `check_gate` reads)."""
+def stamp(model: onnx.ModelProto, rows: dict) -> onnx.ModelProto:
+    """Put the per-runtime verdicts in `model`'s metadata (what `check_gate` reads); returns `model`."""
     verdicts = {rt: {k: v for k, v in r.items() if k != "per_resolution"} for rt, r in rows.items()}
     entry = next((p for p in model.metadata_props if p.key == "quant_gate_runtimes"), None)
     if entry is None:
         entry = model.metadata_props.add()
         entry.key = "quant_gate_runtimes"
     entry.value = json.dumps(verdicts)
-    return model.SerializeToString()
+    return model
