@@ -227,11 +227,9 @@ def build_model(name: str, checkpoint: Path | None = None, seed: int = 0) -> tup
     model = VisionTransformer(cfg)
     if checkpoint is None:
         model.init_random(seed)
-        weights = f"random-seed{seed}"
     else:
         load_into(model, read_state_dict(Path(checkpoint)))
-        weights = file_digest(Path(checkpoint))
-    return model.eval(), f"{name}@{weights}"
+    return model.eval(), f"{name}@{weights_id(checkpoint, seed)}"
 
 
 # ---- the text tower (same checkpoint files: one file holds both towers and logit_scale) ----------------

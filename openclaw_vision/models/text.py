@@ -55,23 +55,13 @@ class TextTransformer(nn.Module):
     def init_random(self, seed: int) -> TextTransformer:
         """Deterministic random init with open_clip's text scales (std 0.02 tokens, 0.01 positions)."""
         gen = torch.Generator().manual_seed(seed)
-        w, layers = self.cfg.width, self.cfg.layers
-        proj_std = w**-0.5 * (2 * layers) ** -0.5
+        w = self.cfg.width
         with torch.no_grad():
             self.token_embedding.weight.normal_(0, 0.02, generator=gen)
             self.positional_embedding.normal_(0, 0.01, generator=gen)
-            for block in self.transformer.resblocks:
-                block.attn.in_proj_weight.normal_(0, w**-0.5, generator=gen)
-                block.attn.in_proj_bias.zero_()
-                block.attn.out_proj.weight.normal_(0, proj_std, generator=gen)
-                block.attn.out_proj.bias.zero_()
-                block.mlp.c_fc.weight.normal_(0, (2 * w) ** -0.5, generator=gen)
-                block.mlp.c_fc.bias.zero_()
-                block.mlp.c_proj.weight.normal_(0, proj_std, generator=gen)
-                block.mlp.c_proj.bias.zero_()
-            for ln in [self.ln_final] + [m for b in self.transformer.resblocks for m in (b.ln_1, b.ln_2)]:
-                ln.weight.fill_(1.0)
-                ln.bias.zero_()
+            self.transformer.init_random(w, gen)
+            self.ln_final.weight.fill_(1.0)
+            self.ln_final.bias.zero_()
             self.text_projection.normal_(0, w**-0.5, generator=gen)
             self.logit_scale.fill_(INIT_LOGIT_SCALE)
         return self

@@ -85,6 +85,24 @@ class Transformer(nn.Module):
         super().__init__()
         self.resblocks = nn.ModuleList(ResidualBlock(cfg) for _ in range(cfg.layers))
 
+    def init_random(self, width: int, gen: torch.Generator) -> None:
+        """open_clip's block init, the same for the image and the text tower (one draw order, so a seed
+        gives the same weights as before this was shared): N(0, w^-1/2) attention in, N(0, (2w)^-1/2)
+        MLP in, both output projections N(0, w^-1/2 (2 layers)^-1/2), zero biases, unit LayerNorms."""
+        proj_std = width**-0.5 * (2 * len(self.resblocks)) ** -0.5
+        for block in self.resblocks:
+            block.attn.in_proj_weight.normal_(0, width**-0.5, generator=gen)
+            block.attn.in_proj_bias.zero_()
+            block.attn.out_proj.weight.normal_(0, proj_std, generator=gen)
+            block.attn.out_proj.bias.zero_()
+            block.mlp.c_fc.weight.normal_(0, (2 * width) ** -0.5, generator=gen)
+            block.mlp.c_fc.bias.zero_()
+            block.mlp.c_proj.weight.normal_(0, proj_std, generator=gen)
+            block.mlp.c_proj.bias.zero_()
+        for ln in (m for b in self.resblocks for m in (b.ln_1, b.ln_2)):
+            ln.weight.fill_(1.0)
+            ln.bias.zero_()
+
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
         for block in self.resblocks:
             x = block(x, attn_mask)
@@ -109,23 +127,14 @@ class VisionTransformer(nn.Module):
     def init_random(self, seed: int) -> VisionTransformer:
         """Deterministic random init with open_clip's scales, so activations look like a real tower's."""
         gen = torch.Generator().manual_seed(seed)
-        w, layers = self.cfg.width, self.cfg.layers
+        w = self.cfg.width
         scale = w**-0.5
-        proj_std = scale * (2 * layers) ** -0.5
         with torch.no_grad():
             self.conv1.weight.normal_(0, (3 * self.cfg.patch_size**2) ** -0.5, generator=gen)
             self.class_embedding.normal_(0, scale, generator=gen)
             self.positional_embedding.normal_(0, scale, generator=gen)
-            for block in self.transformer.resblocks:
-                block.attn.in_proj_weight.normal_(0, scale, generator=gen)
-                block.attn.in_proj_bias.zero_()
-                block.attn.out_proj.weight.normal_(0, proj_std, generator=gen)
-                block.attn.out_proj.bias.zero_()
-                block.mlp.c_fc.weight.normal_(0, (2 * w) ** -0.5, generator=gen)
-                block.mlp.c_fc.bias.zero_()
-                block.mlp.c_proj.weight.normal_(0, proj_std, generator=gen)
-                block.mlp.c_proj.bias.zero_()
-            for ln in [self.ln_pre, self.ln_post] + [m for b in self.transformer.resblocks for m in (b.ln_1, b.ln_2)]:
+            self.transformer.init_random(w, gen)
+            for ln in (self.ln_pre, self.ln_post):
                 ln.weight.fill_(1.0)
                 ln.bias.zero_()
             self.proj.normal_(0, scale, generator=gen)
