@@ -3,6 +3,10 @@
 - fuzz: 10 000 generated Image messages (test/image_fuzz.py), bad ones interleaved with good
   ones: every bad one rejected and counted, every good one encoded or dropped for a newer
   frame, the counters add up exactly to what was sent, the process lives on;
+- compressed fuzz: 3000 generated CompressedImage messages (test/compressed_fuzz.py) through a
+  node with `image_transport: compressed`, then every defect only a decoder sees, one at a time:
+  each bad one rejected, the counts add up, peak memory stays bounded (no header makes the
+  decoder allocate gigabytes);
 - overload: frames at more than twice the rate the node can encode them, for 30 s: resident
   memory stays bounded, drops are counted exactly, served frames' latency does not grow;
 - faults: bad model files stop the node at start with one error line and exit code 2; a frame
