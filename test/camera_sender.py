@@ -1,10 +1,12 @@
-"""A camera in its own process for the reliability suite: publishes sensor_msgs/Image over loopback DDS.
+"""A camera in its own process for the reliability suite: publishes sensor_msgs/Image (or CompressedImage)
+over loopback DDS.
 
 Its own process because cyclonedds-python holds the GIL inside a blocking reliable write: a
 sender thread in the test process would starve the test's own /visual_features reader while
 the node's input buffer is full, and the test would be measuring itself.
 
     python camera_sender.py fuzz N SEED OUT.json     # image_fuzz.generate(N, SEED), as fast as accepted
+    python camera_sender.py compressed N SEED OUT.json  # compressed_fuzz.generate(N, SEED) on <topic>/compressed
     python camera_sender.py paced SECONDS FPS OUT.json  # small valid frames at FPS (no catch-up bursts)
 
 Prints 'ready' once the node's subscription is matched, then writes OUT.json: the stamp of each
@@ -22,7 +24,9 @@ import numpy as np
 from image_fuzz import ImageCase, generate
 
 from openclaw_vision.ros.cyclone import CycloneTransport
-from openclaw_vision.ros.transport import IMAGE, QoS
+from openclaw_vision.ros.transport import COMPRESSED_IMAGE, IMAGE, QoS
+
+TOPIC = "/camera/image_raw"
 
 
 def paced_cases(seconds: float, fps: float):
@@ -41,10 +45,19 @@ def paced_cases(seconds: float, fps: float):
 
 def main(argv: list[str]) -> int:
     mode, out = argv[0], Path(argv[-1])
-    cases = generate(int(argv[1]), int(argv[2])) if mode == "fuzz" else paced_cases(float(argv[1]), float(argv[2]))
+    topic, ros_type = TOPIC, IMAGE
+    if mode == "fuzz":
+        cases = generate(int(argv[1]), int(argv[2]))
+    elif mode == "compressed":
+        from compressed_fuzz import generate as generate_compressed
+
+        cases = generate_compressed(int(argv[1]), int(argv[2]))
+        topic, ros_type = TOPIC + "/compressed", COMPRESSED_IMAGE  # image_transport's `compressed` sub-topic
+    else:
+        cases = paced_cases(float(argv[1]), float(argv[2]))
     t = CycloneTransport("camera_sender")
-    Image, Header, Time = t.msg(IMAGE), t.msg("std_msgs/msg/Header"), t.msg("builtin_interfaces/msg/Time")
-    pub = t.publisher("/camera/image_raw", IMAGE, QoS("reliable", 10, "keep_all"))
+    Image, Header, Time = t.msg(ros_type), t.msg("std_msgs/msg/Header"), t.msg("builtin_interfaces/msg/Time")
+    pub = t.publisher(topic, ros_type, QoS("reliable", 10, "keep_all"))
     deadline = time.monotonic() + 60
     while pub.matched() < 1:
         if time.monotonic() > deadline:

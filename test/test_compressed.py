@@ -9,14 +9,24 @@ compressed_depth_image_transport writes `<encoding>; compressedDepth`.
 from __future__ import annotations
 
 import io
+import struct
+from collections import Counter
 
+import compressed_fuzz
 import cv2
 import numpy as np
 import pytest
+from compressed_fuzz import AT_ARRIVAL, BY_DECODING, GOOD, MALFORMED_FORMATS
 from PIL import Image
 
 from openclaw_vision.preprocess import compressed as cmp
-from openclaw_vision.preprocess.compressed import CompressedFormat, decode_compressed, parse_format
+from openclaw_vision.preprocess.compressed import (
+    MAX_PIXELS,
+    CompressedFormat,
+    CompressedFrame,
+    decode_compressed,
+    parse_format,
+)
 from openclaw_vision.preprocess.cpu import CpuPreprocessor
 from openclaw_vision.preprocess.encodings import FrameError
 
@@ -50,6 +60,14 @@ def encode(img: np.ndarray, ext: str, *params) -> bytes:
         ("mono16; png compressed ", CompressedFormat("png", "mono16", "")),
         ("rgb16; png compressed bgr16", CompressedFormat("png", "rgb16", "bgr16")),
         ("rgb8; jpeg compressed rgb8", CompressedFormat("jpeg", "rgb8", "rgb8")),
+        ("rgba8; jpeg compressed bgr8", CompressedFormat("jpeg", "rgba8", "bgr8")),
+        ("rgb16; jpeg compressed bgr8", CompressedFormat("jpeg", "rgb16", "bgr8")),
+        ("bayer_rggb8; jpeg compressed mono8", CompressedFormat("jpeg", "bayer_rggb8", "mono8")),
+        ("8UC1; jpeg compressed mono8", CompressedFormat("jpeg", "8UC1", "mono8")),
+        ("16UC1; png compressed ", CompressedFormat("png", "16UC1", "")),
+        ("bgra16; png compressed bgr16", CompressedFormat("png", "bgra16", "bgr16")),
+        ("rgb16; png compressed rgb16", CompressedFormat("png", "rgb16", "rgb16")),
+        ("mono16; png compressed", CompressedFormat("png", "mono16", "")),  # the trailing space lost on the way
         ("jpeg", CompressedFormat("jpeg")),
         ("png", CompressedFormat("png")),
         ("jpg", CompressedFormat("jpeg")),
@@ -69,10 +87,18 @@ def test_image_transport_format_strings(fmt, parsed):
         ("h264", "codec 'h264' not supported"),
         ("", "empty CompressedImage format"),
         ("rgb8; jpeg", "expected '<encoding>; <jpeg|png> compressed"),
+        ("rgb8; jpeg compressed brg8", "pixel format 'brg8' is not one image_transport writes"),
     ],
 )
 def test_formats_we_do_not_decode_are_refused_with_the_reason(fmt, reason):
     with pytest.raises(FrameError, match=reason):
+        parse_format(fmt)
+
+
+@pytest.mark.parametrize("fmt", MALFORMED_FORMATS)
+def test_malformed_format_strings_are_refused_not_guessed_at(fmt):
+    """A near miss of image_transport's grammar (a typo, a NUL, a second codec) could mean other colours."""
+    with pytest.raises(FrameError, match="CompressedImage format"):
         parse_format(fmt)
 
 
@@ -145,7 +171,7 @@ def test_trailing_zero_padding_after_eoi_is_accepted(photo):
         (lambda j, p: b"\0" * 64, "jpeg", "do not start with a JPEG SOI"),
         (lambda j, p: p, "rgb8; jpeg compressed bgr8", "do not start with a JPEG SOI"),
         (lambda j, p: j, "bgr8; png compressed bgr8", "do not start with the PNG signature"),
-        (lambda j, p: p[: len(p) // 2], "png", "corrupt png: OpenCV could not decode"),
+        (lambda j, p: p[: len(p) // 2], "png", "do not end with an IEND chunk"),
         (lambda j, p: p[:100] + bytes(b ^ 0x5A for b in p[100:160]) + p[160:], "png", "corrupt png"),
         (lambda j, p: j[:3] + b"\xff\xd9", "jpeg", "corrupt jpeg"),
         (lambda j, p: b"", "jpeg", "empty jpeg data"),
@@ -185,3 +211,56 @@ def test_image_transport_parameter_picks_the_compressed_sub_topic():
     assert image_subscription(cfg) == ("/front/image_raw/compressed", "sensor_msgs/msg/CompressedImage")
     with pytest.raises(ConfigError, match="parameter image_transport='theora': choose one of raw, compressed"):
         EncoderConfig(image_transport="theora").validate()
+
+
+def _png_claiming(width: int, height: int) -> bytes:
+    """A small PNG whose IHDR (CRC made right) claims width × height: nothing reads past the header."""
+    chunks = compressed_fuzz.png_chunks(encode(np.zeros((4, 4, 3), np.uint8), ".png"))
+    return compressed_fuzz.png_build([(b"IHDR", compressed_fuzz.ihdr(width, height)), *chunks[1:]])
+
+
+def test_the_size_limit_takes_an_8k_camera_and_refuses_more_before_decoding():
+    assert 7680 * 4320 <= MAX_PIXELS < 8192 * 8192
+    CompressedFrame.from_buffer(_png_claiming(7680, 4320), "png")  # 8K UHD: through to the decoder
+    with pytest.raises(FrameError, match=r"png of 8192×4097 pixels: more than the node's limit of 33554432"):
+        CompressedFrame.from_buffer(_png_claiming(8192, 4097), "png")
+
+
+def test_a_jpeg_claiming_more_blocks_than_its_data_has_bits_is_refused_at_arrival(photo):
+    """libjpeg would decode it, filling the missing image with grey, at the claimed size."""
+    data = encode(photo[:16, :16], ".jpg")
+    assert CompressedFrame.from_buffer(data, "jpeg").decode().width == 16
+    segs, rest = compressed_fuzz.jpeg_segments(data)
+    i = next(i for i, (m, _) in enumerate(segs) if m == 0xC0)
+    p = segs[i][1]
+    segs[i] = (0xC0, p[:1] + struct.pack(">HH", 4000, 4000) + p[5:])
+    with pytest.raises(FrameError, match=r"bytes of scan data cannot hold 4000×4000 pixels"):
+        CompressedFrame.from_buffer(compressed_fuzz.jpeg_build(segs, rest), "jpeg")
+
+
+def test_fuzzed_compressed_images_each_meet_their_verdict():
+    """compressed_fuzz's cases, in process: a good one decodes; a bad one is refused on arrival when
+    its defect shows without decoding, else it passes arrival and its decode is refused."""
+    cases = [*compressed_fuzz.generate(3000, seed=7), *compressed_fuzz.by_decoding(per_kind=8, seed=8)]
+    wrong = []
+    for case in cases:
+        try:
+            frame = CompressedFrame.from_buffer(case.data, case.format)
+        except FrameError as err:
+            if case.verdict != AT_ARRIVAL:
+                wrong.append((case.kind, case.format, f"refused at arrival: {err}"))
+            continue
+        if case.verdict == AT_ARRIVAL:
+            wrong.append((case.kind, case.format, "passed arrival"))
+            continue
+        try:
+            decoded = frame.decode()
+        except FrameError as err:
+            if case.verdict == GOOD:
+                wrong.append((case.kind, case.format, f"refused by decoding: {err}"))
+            continue
+        if case.verdict == BY_DECODING:
+            wrong.append((case.kind, case.format, f"decoded to {decoded.encoding} {decoded.width}×{decoded.height}"))
+    assert not wrong, wrong[:10]
+    kinds, verdicts = Counter(c.kind for c in cases), Counter(c.verdict for c in cases)
+    assert set(kinds) == set(compressed_fuzz.KINDS) and min(verdicts[v] for v in (GOOD, AT_ARRIVAL, BY_DECODING)) > 200

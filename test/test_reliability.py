@@ -3,6 +3,10 @@
 - fuzz: 10 000 generated Image messages (test/image_fuzz.py), bad ones interleaved with good
   ones: every bad one rejected and counted, every good one encoded or dropped for a newer
   frame, the counters add up exactly to what was sent, the process lives on;
+- compressed fuzz: 3000 generated CompressedImage messages (test/compressed_fuzz.py) through a
+  node with `image_transport: compressed`, then every defect only a decoder sees, one at a time:
+  each bad one rejected, the counts add up, peak memory stays bounded (no header makes the
+  decoder allocate gigabytes);
 - overload: frames at more than twice the rate the node can encode them, for 30 s: resident
   memory stays bounded, drops are counted exactly, served frames' latency does not grow;
 - faults: bad model files stop the node at start with one error line and exit code 2; a frame
@@ -24,9 +28,11 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import compressed_fuzz
 import numpy as np
 import onnx
 import pytest
+from compressed_fuzz import AT_ARRIVAL, BY_DECODING, CompressedCase
 from image_fuzz import ImageCase, generate
 from onnx import TensorProto, helper
 
@@ -34,11 +40,19 @@ from openclaw_vision.ros.convert import stamp_to_ns
 from openclaw_vision.ros.diagnostics import status_values
 from openclaw_vision.ros.encoder_node import COUNTS, STATUS_NAME
 from openclaw_vision.ros.process import NodeProcess
-from openclaw_vision.ros.transport import DIAGNOSTIC_ARRAY, IMAGE, VISUAL_FEATURES, QoS
+from openclaw_vision.ros.transport import COMPRESSED_IMAGE, DIAGNOSTIC_ARRAY, IMAGE, VISUAL_FEATURES, QoS
 
 pytestmark = [pytest.mark.reliability, pytest.mark.dds]
 
 FUZZ_MESSAGES = 10_000
+COMPRESSED_FUZZ_MESSAGES = 3_000
+#: What the node's peak resident memory may grow by over the compressed fuzz, after warming up: a
+#: few decoded frames of at most 512×512 and allocator slack. One JPEG header claiming 30000×30000
+#: over 600 bytes of data, decoded, took 5.2 GB and 10 s here (libjpeg fills missing data with grey).
+COMPRESSED_RSS_GROWTH_BOUND_MB = 256.0
+#: ... and its peak address space (untouched allocations included: a PNG claiming 32768×32767
+#: RGBA16 would have OpenCV allocate 8 GB for the rows libpng then fails to read)
+COMPRESSED_VM_GROWTH_BOUND_MB = 1024.0
 OVERLOAD_SECONDS = 30.0
 #: Resident memory the node may gain during the overload over what it held after warming up:
 #: its reader buffer (32 samples of 9 KB), one frame in the slot, and allocator slack. A leak of
@@ -51,16 +65,16 @@ STOP_DEADLINE_S = 2.0
 class Link:
     """Publishes images to a node and collects its /visual_features and /diagnostics."""
 
-    def __init__(self, transport) -> None:
+    def __init__(self, transport, topic: str = "/camera/image_raw", ros_type: str = IMAGE) -> None:
         self.transport = transport
-        self.Image = transport.msg(IMAGE)
+        self.Image = transport.msg(ros_type)
         self.Header = transport.msg("std_msgs/msg/Header")
         self.Time = transport.msg("builtin_interfaces/msg/Time")
         self.cond = threading.Condition()
         self.features: dict[int, tuple[int, str]] = {}  # stamp ns → (receipt ns, frame_id)
         self.duplicates = 0
         self.diag: dict[str, str] | None = None
-        self.pub = transport.publisher("/camera/image_raw", IMAGE, QoS("reliable", 10, "keep_all"))
+        self.pub = transport.publisher(topic, ros_type, QoS("reliable", 10, "keep_all"))
         self.feat_sub = transport.subscribe("/visual_features", VISUAL_FEATURES, QoS("reliable", 100), self._on_feat)
         transport.subscribe("/diagnostics", DIAGNOSTIC_ARRAY, QoS("reliable", 10), self._on_diag)
         self._last_stamp = 0
@@ -103,7 +117,7 @@ class Link:
         self._last_stamp = max(time.time_ns(), self._last_stamp + 1)
         return self._last_stamp
 
-    def send(self, case: ImageCase) -> int:
+    def send(self, case: ImageCase | CompressedCase) -> int:
         stamp = self.next_stamp()
         header = self.Header(stamp=self.Time(sec=stamp // 10**9, nanosec=stamp % 10**9), frame_id=case.frame_id)
         self.pub.publish(self.Image(header=header, **case.fields()))
@@ -233,6 +247,91 @@ def test_fuzzed_images_are_each_rejected_or_served_and_the_counts_add_up_exactly
     stats = json.loads((tmp_path / "stats.json").read_text())
     assert {k: stats[k] for k in COUNTS} == {k: d[k] + base[k] for k in COUNTS}
     print(f"\nfuzz: {sent} messages {dict(kinds)}; node counts {d}")
+
+
+# --- fuzz: compressed images -------------------------------------------------------------------------
+def _memory_mb(pid: int) -> dict[str, float]:
+    """Peak resident memory (VmHWM) and peak address space (VmPeak) of a process, MB."""
+    with open(f"/proc/{pid}/status") as fh:
+        fields = dict(line.split(":", 1) for line in fh if ":" in line)
+    return {k: int(fields[k].split()[0]) / 1024 for k in ("VmHWM", "VmPeak")}
+
+
+def test_fuzzed_compressed_images_are_rejected_never_encoded_and_the_counts_add_up_exactly(
+    tiny_model, dds_domain, tmp_path
+):
+    """CompressedImage through a node with `image_transport: compressed`: a stream of generated messages
+    as fast as the node takes them, then every defect only a decoder sees, one at a time (lockstep: nothing
+    displaces the frame, so it must be decoded and rejected, never dropped)."""
+    link = Link(_transport("reliability_compressed"), "/camera/image_raw/compressed", COMPRESSED_IMAGE)
+    rng = np.random.default_rng(21)
+    try:
+        with _node(tmp_path, "--image-transport", "compressed", "--diagnostics-period", "0.05",
+                   model=tiny_model) as node:  # fmt: skip
+            link.wait_ready()
+            for make in (compressed_fuzz.good_jpeg, compressed_fuzz.good_png, compressed_fuzz.good_flat):
+                stamp = link.send(make(rng))  # warm up: both decoders and the largest good frames once
+                assert link.wait(lambda s=stamp: s in link.features, 30), node.log_text()[-2000:]
+            base = link.quiet_counts(received=3)
+            mem_base = _memory_mb(node.proc.pid)
+
+            # 1. the stream
+            camera = Camera(tmp_path, "compressed", str(COMPRESSED_FUZZ_MESSAGES), "21")
+            try:
+                stamps = camera.stamps()
+            finally:
+                camera.kill()
+            cases = list(compressed_fuzz.generate(COMPRESSED_FUZZ_MESSAGES, seed=21))  # what the camera sent
+            sent = len(stamps)
+            assert link.wait(lambda: link.settled(sent, base), 120), (link.counts(), node.log_text()[-3000:])
+            d = {k: v - base[k] for k, v in link.counts().items()}
+            assert node.alive()
+            by_stamp = dict(zip(stamps, cases, strict=True))
+            verdicts = Counter(c.verdict for c in cases)
+            kinds = Counter(c.kind for c in cases)
+            assert sent == COMPRESSED_FUZZ_MESSAGES and set(kinds) == set(compressed_fuzz.KINDS)
+            assert d["received"] == sent and d["lost"] == 0
+            assert d["failed"] == 0
+            # every bad message is rejected, or dropped if only decoding shows its defect; good ones never rejected
+            assert verdicts[AT_ARRIVAL] <= d["rejected"] <= verdicts[AT_ARRIVAL] + verdicts[BY_DECODING], (d, verdicts)
+            assert d["encoded"] + d["dropped"] + d["rejected"] == sent
+            served = {s: fid for s, (_, fid) in link.features.items() if s in by_stamp}
+            assert len(served) == d["encoded"] and link.duplicates == 0
+            for stamp, frame_id in served.items():  # features only for good frames, their headers intact
+                case = by_stamp[stamp]
+                assert case.valid and case.frame_id == frame_id, (case.kind, case.format, frame_id)
+            assert stamps[-1] in served and cases[-1].valid  # the newest frame is always served
+
+            # 2. lockstep: each defect only a decoder sees is decoded and rejected; the next good frame served
+            lockstep = compressed_fuzz.by_decoding(per_kind=4, seed=22)
+            for bad in lockstep:
+                before = link.quiet_counts(received=base["received"] + sent)
+                link.send(bad)
+                after = link.quiet_counts(received=before["received"] + 1)
+                step = {k: after[k] - before[k] for k in (*COUNTS, "lost")}
+                assert step == {**dict.fromkeys((*COUNTS, "lost"), 0), "received": 1, "rejected": 1}, (bad.kind, step)
+                make = compressed_fuzz.good_jpeg if rng.random() < 0.5 else compressed_fuzz.good_png
+                good = link.send(make(rng))
+                assert link.wait(lambda s=good: s in link.features, 30), (bad.kind, node.log_text()[-2000:])
+                sent += 2
+            mem = _memory_mb(node.proc.pid)
+            assert node.alive()
+            log_text = node.log_text()
+            assert "rejected image on /camera/image_raw/compressed" in log_text
+            assert "Traceback" not in log_text
+            assert node.stop() == 0
+    finally:
+        link.close()
+    # no frame made the node allocate gigabytes, resident or not
+    assert mem["VmHWM"] - mem_base["VmHWM"] <= COMPRESSED_RSS_GROWTH_BOUND_MB, (mem_base, mem)
+    assert mem["VmPeak"] - mem_base["VmPeak"] <= COMPRESSED_VM_GROWTH_BOUND_MB, (mem_base, mem)
+    stats = json.loads((tmp_path / "stats.json").read_text())
+    assert stats["received"] == stats["encoded"] + stats["dropped"] + stats["rejected"] + stats["failed"]
+    assert stats["received"] == base["received"] + sent and stats["failed"] == 0
+    print(
+        f"\ncompressed fuzz: {COMPRESSED_FUZZ_MESSAGES} messages ({dict(verdicts)}), {dict(kinds)}; node counts {d}; "
+        f"lockstep: {len(lockstep)} decode-only defects, each rejected; memory {mem_base} -> {mem}"
+    )
 
 
 # --- overload -----------------------------------------------------------------------------------

@@ -18,11 +18,16 @@ The decoded pixels become a Frame without conversion: (H, W, 3) as bgr8 or rgb8 
 above, (H, W, 4) as bgra8/rgba8, (H, W) as mono8; 16-bit decodes (PNG of mono16/rgb16) become
 mono16 (native byte order) or, for colour, 8 bits by round(v / 257) (encodings.py's rule).
 
-Corrupt data is a FrameError (the node counts it as rejected): data that does not start with
-the codec's signature, a JPEG whose last marker (after any zero padding) is not EOI (a
-truncated frame, which libjpeg would otherwise decode with a grey bottom), or anything the
-decoder refuses. A JPEG damaged inside its entropy-coded data can still decode: JPEG carries no
-checksum (PNG does: every chunk has a CRC, which libpng checks).
+Corrupt data is a FrameError (the node counts it as rejected). What is visible without
+decoding a pixel is refused when the message arrives (`CompressedFrame.from_buffer`): a format
+string that is not one of the above, data that does not start with the codec's signature, a
+JPEG whose last marker (after any zero padding) is not EOI or a PNG whose last chunk is not
+IEND (a truncated frame: libjpeg would decode it with a grey bottom), a JPEG or PNG header that
+is broken or claims more than `MAX_PIXELS`, and a JPEG with too little scan data for the image
+it claims (compressed_headers.py). Damage inside the compressed stream is found by the decoder,
+when the frame is decoded (`CompressedFrame.decode`). A JPEG damaged inside its entropy-coded
+data can still decode: JPEG carries no checksum (PNG does: every chunk has a CRC, which libpng
+checks).
 
 The seam: `ImageDecoder.decode(data, codec) -> ndarray` in the image's memory order; OpenCV's
 imdecode by default, an nvJPEG decoder on a GPU can take its place (`DECODERS`).
@@ -30,21 +35,28 @@ imdecode by default, an nvJPEG decoder on a GPU can take its place (`DECODERS`).
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
+from .compressed_headers import check_jpeg, check_png
 from .encodings import FrameError
 from .frame import Frame
 
-JPEG_SOI = b"\xff\xd8\xff"
-JPEG_EOI = b"\xff\xd9"
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 CODECS = ("jpeg", "png")
-#: zero padding after a JPEG's EOI that we look past (UVC cameras pad MJPEG buffers)
-JPEG_TAIL = 65536
+#: The node's limit on a compressed image's size, width × height, checked from its header before
+#: decoding: 2^25 ≈ 33.5 MP, above 8K UHD (7680×4320 = 33.2 MP). A decoder allocates what the
+#: header claims, and a few hundred bytes can claim gigabytes.
+MAX_PIXELS = 1 << 25
+#: the pixel formats image_transport writes after "compressed " (compressed_publisher.cpp: bgr8 or
+#: mono8 for JPEG; bgr8, bgr16 or none for PNG; older publishers rgb8, rgb16)
+TARGETS = ("bgr8", "rgb8", "mono8", "bgr16", "rgb16", "")
+#: "<encoding>; <codec> compressed[ <target>]", spaces exactly as compressed_publisher.cpp writes them
+_FORMAT = re.compile(r"(?P<encoding>[A-Za-z0-9_]+); (?P<codec>[A-Za-z0-9]+) compressed(?: (?P<target>\S*))?")
+_BARE_FORMAT = re.compile(r"[A-Za-z0-9]+")
 #: sensor_msgs/image_encodings.hpp (humble) isColor(): colour channels that a compressed BGR/RGB decode maps to
 COLOR_ENCODINGS = ("rgb8", "bgr8", "rgba8", "bgra8", "rgb16", "bgr16", "rgba16", "bgra16")
 
@@ -66,8 +78,12 @@ class CompressedFormat:
 
 
 def parse_format(fmt: str) -> CompressedFormat:
-    """Parse image_transport's `format` string; FrameError with the reason for what we do not decode."""
-    text = fmt.strip()
+    """Parse image_transport's `format` string; FrameError with the reason for what we do not decode.
+
+    Strict: a string image_transport did not write could mean anything (a typo in the pixel
+    format would swap the colours), so it is refused rather than guessed at.
+    """
+    text = fmt.strip(" ")
     if not text:
         raise FrameError("empty CompressedImage format (expected e.g. 'rgb8; jpeg compressed bgr8', 'jpeg' or 'png')")
     if "compresseddepth" in text.lower():
@@ -75,16 +91,21 @@ def parse_format(fmt: str) -> CompressedFormat:
             f"CompressedImage format {fmt!r} is compressed_depth_image_transport's (a depth map): not supported, "
             "subscribe to the camera's colour image instead"
         )
-    if ";" not in text:
-        codec = _codec_name(text, fmt)
-        return CompressedFormat(codec)
-    encoding, rest = (part.strip() for part in text.split(";", 1))
-    words = rest.split()
-    if len(words) < 2 or words[1] != "compressed":
-        raise FrameError(f"CompressedImage format {fmt!r}: expected '<encoding>; <jpeg|png> compressed [<target>]'")
-    codec = _codec_name(words[0], fmt)
-    target = words[2] if len(words) > 2 else ""
-    return CompressedFormat(codec, encoding, target)
+    if _BARE_FORMAT.fullmatch(text):
+        return CompressedFormat(_codec_name(text, fmt))
+    m = _FORMAT.fullmatch(text)
+    if m is None:
+        raise FrameError(
+            f"CompressedImage format {fmt!r}: expected '<encoding>; <jpeg|png> compressed [<pixel format>]', "
+            "'jpeg' or 'png'"
+        )
+    codec, target = _codec_name(m["codec"], fmt), m["target"] or ""
+    if target not in TARGETS:
+        raise FrameError(
+            f"CompressedImage format {fmt!r}: pixel format {target!r} is not one image_transport writes "
+            f"({', '.join(t for t in TARGETS if t)} or none)"
+        )
+    return CompressedFormat(codec, m["encoding"], target)
 
 
 def _codec_name(word: str, fmt: str) -> str:
@@ -95,19 +116,9 @@ def _codec_name(word: str, fmt: str) -> str:
     return name
 
 
-def check_signature(data: np.ndarray, codec: str) -> None:
-    """Cheap structural checks on the compressed bytes, before any decoding (raises FrameError)."""
-    head = bytes(data[:8])
-    if codec == "jpeg":
-        if not head.startswith(JPEG_SOI):
-            raise FrameError(f"corrupt jpeg: {data.size} bytes that do not start with a JPEG SOI marker ({head.hex()})")
-        tail = data[-JPEG_TAIL:]
-        nz = np.flatnonzero(tail)
-        end = int(nz[-1]) + 1 if nz.size else 0
-        if end < 2 or data.size < 4 or bytes(tail[end - 2 : end]) != JPEG_EOI:
-            raise FrameError(f"corrupt jpeg: {data.size} bytes without an EOI marker at the end (truncated?)")
-    elif not head.startswith(PNG_SIGNATURE):
-        raise FrameError(f"corrupt png: {data.size} bytes that do not start with the PNG signature ({head.hex()})")
+def check_structure(data: np.ndarray, codec: str) -> tuple[int, int]:
+    """(width, height) from the compressed bytes' structure, read without decoding (FrameError if broken)."""
+    return (check_jpeg if codec == "jpeg" else check_png)(data, MAX_PIXELS)
 
 
 class ImageDecoder(Protocol):
@@ -173,7 +184,7 @@ def decoded_frame(img: np.ndarray, fmt: CompressedFormat, stamp_ns: int = 0, fra
 
 @dataclass
 class CompressedFrame:
-    """Compressed bytes that passed the cheap checks (format, signature, EOI); decoded on demand.
+    """Compressed bytes that passed the checks on arrival (format, structure, size); decoded on demand.
 
     A node decodes only the frames it encodes: one displaced by a newer frame (newest-frame
     policy) is dropped without paying for its decode.
@@ -188,9 +199,10 @@ class CompressedFrame:
     def from_buffer(cls, data, fmt: str | CompressedFormat, stamp_ns: int = 0, frame_id: str = "") -> CompressedFrame:
         parsed = parse_format(fmt) if isinstance(fmt, str) else fmt
         buf = np.frombuffer(data, np.uint8) if not isinstance(data, np.ndarray) else data.reshape(-1).view(np.uint8)
+        buf = np.ascontiguousarray(buf)  # the header checks read it as one buffer (struct, memoryview)
         if buf.size == 0:
             raise FrameError(f"empty {parsed.codec} data")
-        check_signature(buf, parsed.codec)
+        check_structure(buf, parsed.codec)
         return cls(buf, parsed, stamp_ns, frame_id)
 
     def decode(self, decoder: ImageDecoder | None = None) -> Frame:
