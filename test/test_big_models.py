@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import onnx
@@ -356,3 +359,20 @@ def test_an_embedded_model_written_tensor_by_tensor_parses_as_the_whole_model(ti
         np.testing.assert_array_equal(numpy_helper.to_array(a), numpy_helper.to_array(b))
     assert back.graph.node == whole.graph.node and onnx_files.metadata_of(back) == onnx_files.metadata_of(whole)
     np.testing.assert_array_equal(_run(out), _run(tiny_model))
+
+
+def test_a_scratch_folder_left_by_a_killed_run_is_removed_by_the_next(tmp_path):
+    """SIGKILL cannot clean up: the next run on this host removes folders whose process is gone, and only those."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    host = os.uname().nodename.replace(".", "_")
+    left = tmp_path / f".quantize.{host}.{dead.pid}.abc123.tmp"
+    running = tmp_path / f".quantize.{host}.{os.getpid()}.def456.tmp"
+    elsewhere = tmp_path / f".quantize.other_host.{dead.pid}.ghi789.tmp"
+    export = tmp_path / f".model.onnx.{host}.{dead.pid}.jkl012.tmp"  # another kind of scratch: not this one's
+    for d in (left, running, elsewhere, export):
+        d.mkdir()
+        (d / "int8-weights.data").write_bytes(b"x" * 10)
+    new = onnx_files.scratch_dir(tmp_path, "quantize")
+    assert not left.exists() and running.exists() and elsewhere.exists() and export.exists()
+    assert new.is_dir() and new.name.startswith(f".quantize.{host}.{os.getpid()}.")

@@ -358,6 +358,33 @@ def fold_constants(model: onnx.ModelProto, reader: TensorReader, weights: Iterab
     return [p for name, p in pending.items() if name in used]
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
+
+
+def scratch_dir(parent: Path, name: str) -> Path:
+    """A new scratch folder `.<name>.<host>.<pid>.<random>.tmp` in `parent`, after removing this host's
+    folders of the same name whose process is gone.
+
+    A run ends by removing its folder (also on SIGTERM), but a SIGKILL, an out-of-memory kill or
+    a power cut cannot: its folder (a big model's data file, GBs) would stay beside the models
+    forever. The host and pid in the name say whose it was; another host's is never touched.
+    """
+    parent = Path(parent)
+    host = os.uname().nodename.replace(".", "_")
+    for old in parent.glob(f".{name}.{host}.*.tmp"):
+        pid = old.name[len(f".{name}.{host}.") :].split(".", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f".{name}.{host}.{os.getpid()}.", suffix=".tmp", dir=parent))
+
+
 class Staged:
     """A temporary folder beside `dest` to write a model into; `commit()` moves it into place.
 
@@ -368,7 +395,7 @@ class Staged:
     def __init__(self, dest: Path) -> None:
         self.dest = Path(dest)
         self.dest.parent.mkdir(parents=True, exist_ok=True)
-        self.dir = Path(tempfile.mkdtemp(prefix=f".{self.dest.name}.", suffix=".tmp", dir=self.dest.parent))
+        self.dir = scratch_dir(self.dest.parent, self.dest.name)
         self.path = self.dir / self.dest.name
 
     def __enter__(self) -> Staged:

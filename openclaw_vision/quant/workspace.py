@@ -14,7 +14,8 @@ all of them, both in this folder:
   one tensor at a time.
 
 Only the model that passes the gate is written out whole, streamed tensor by tensor
-(`finalize`). The folder is created beside the output and removed when the run ends.
+(`finalize`). The folder is created beside the output and removed when the run ends (one
+left by a killed run is removed by the next: `onnx_files.scratch_dir`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import onnx
@@ -51,7 +51,7 @@ class Workspace:
         """Scratch folder beside `near` (the output's folder) holding `fp32_model`'s weights."""
         self.fp32_model = Path(fp32_model)
         Path(near).mkdir(parents=True, exist_ok=True)
-        self.dir = Path(tempfile.mkdtemp(prefix=".quantize.", suffix=".tmp", dir=near))
+        self.dir = onnx_files.scratch_dir(Path(near), "quantize")
         self.graph = onnx_files.load_graph(self.fp32_model)
         for loc in onnx_files.external_locations(self.graph):
             how = _link_or_copy(self.fp32_model.parent / loc, self.dir / loc)
