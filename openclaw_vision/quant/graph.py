@@ -41,6 +41,10 @@ class Layer:
     def label(self) -> str:
         return f"{self.role}" if self.block < 0 else f"block{self.block}.{self.role}"
 
+    def names(self) -> dict:
+        """How a report names the layer: node, label, role and block."""
+        return {"node": self.node, "label": self.label, "role": self.role, "block": self.block}
+
 
 def _role(name: str) -> str:
     for pattern, role in _ROLES:

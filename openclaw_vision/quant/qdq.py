@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from ..models import onnx_files
 from .calibrate import Range
 from .graph import Layer
 
@@ -158,7 +159,7 @@ def build_qdq_model(
     del graph.initializer[:]
     graph.initializer.extend(kept + new_inits)
 
-    meta = {p.key: p.value for p in out.metadata_props}
+    meta = onnx_files.metadata_of(out)
     meta.update(
         {
             "precision": "int8",
@@ -168,10 +169,7 @@ def build_qdq_model(
         }
     )
     meta.update(metadata or {})
-    del out.metadata_props[:]
-    for key, value in meta.items():
-        entry = out.metadata_props.add()
-        entry.key, entry.value = key, value
+    onnx_files.set_metadata(out, meta)
     return out
 
 

@@ -45,10 +45,7 @@ class LayerSensitivity:
 
     def as_dict(self) -> dict:
         return {
-            "node": self.layer.node,
-            "label": self.layer.label,
-            "role": self.layer.role,
-            "block": self.layer.block,
+            **self.layer.names(),
             "mean_cosine": round(self.metrics.mean_cosine, 7),
             "min_cosine": round(self.metrics.min_cosine, 7),
             "kl": float(f"{self.metrics.kl:.4g}"),
@@ -109,10 +106,7 @@ class LocalError:
 
     def as_dict(self) -> dict:
         return {
-            "node": self.layer.node,
-            "label": self.layer.label,
-            "role": self.layer.role,
-            "block": self.layer.block,
+            **self.layer.names(),
             "sqnr_db": round(self.sqnr_db, 3) if math.isfinite(self.sqnr_db) else None,
             "relative_error": float(f"{self.err / max(self.sig, 1e-30):.4g}"),
         }
