@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..text.zero_shot import DEFAULT_TEMPLATE, ModelMismatch, check_same_model, prompts
+from ..text.zero_shot import LabelSet, ModelMismatch, check_same_model
 
 log = logging.getLogger(__name__)
 
@@ -40,17 +40,13 @@ TEXT_TERM_NOTE = "0: the text tower stays FP32 (it runs once per label set, not 
 
 
 @dataclass(frozen=True)
-class TextReference:
-    """The gate's label set through the FP32 text tower: unit rows (L × D), the model's logit scale."""
+class TextReference(LabelSet):
+    """The gate's label set through the FP32 text tower (a `LabelSet`, as the labels node scores with) and its file."""
 
-    labels: tuple[str, ...]
-    embeddings: np.ndarray
-    logit_scale: float
-    model_id: str
-    path: str
+    path: str = ""
 
     def describe(self) -> dict:
-        return {"text_model": self.path, "labels": list(self.labels), "template": DEFAULT_TEMPLATE,
+        return {"text_model": self.path, "labels": list(self.labels), "template": self.template,
                 "logit_scale": round(self.logit_scale, 4)}  # fmt: skip
 
 
@@ -60,8 +56,7 @@ def load_reference(text_model: Path, image_model_id: str, threads: int = 0) -> T
 
     enc = TextEncoder(text_model, threads)
     check_same_model(image_model_id, enc.model_id)
-    emb = enc.encode(prompts(GATE_LABELS, DEFAULT_TEMPLATE))
-    return TextReference(GATE_LABELS, emb.vectors, enc.logit_scale, enc.model_id, str(text_model))
+    return TextReference(**vars(LabelSet.build(enc, GATE_LABELS)), path=str(text_model))
 
 
 def find_reference(image_model_id: str, text_model: Path | None, threads: int = 0) -> tuple[TextReference | None, str]:
