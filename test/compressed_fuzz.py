@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 import cv2
 import numpy as np
-from image_fuzz import FRAME_IDS
+from image_fuzz import FRAME_IDS, pick_kinds
 
 from openclaw_vision.preprocess.compressed import MAX_PIXELS
 
@@ -600,11 +600,7 @@ def _named(case: CompressedCase, rng: np.random.Generator) -> CompressedCase:
 def generate(n: int, seed: int = 0) -> Iterator[CompressedCase]:
     """`n` cases, every kind at least once, in a seeded random order; the last one good."""
     rng = np.random.default_rng(seed)
-    names = list(KINDS)
-    weights = np.array([KINDS[k][1] for k in names], np.float64)
-    picks = list(names) + list(rng.choice(names, size=max(0, n - len(names) - 1), p=weights / weights.sum()))
-    rng.shuffle(picks)
-    for kind in [*picks, "good_jpeg"]:
+    for kind in pick_kinds(KINDS, n, rng, "good_jpeg"):
         yield _named(KINDS[kind][0](rng), rng)
 
 

@@ -202,13 +202,19 @@ KINDS: dict[str, tuple[Callable[[np.random.Generator], ImageCase], float]] = {
 }
 
 
+def pick_kinds(kinds: dict, n: int, rng: np.random.Generator, last: str) -> list[str]:
+    """`n` kind names from `kinds` (name → (generator, weight)): every kind once, the rest drawn by weight,
+    shuffled; then `last` (a good kind, so the newest frame of a run is one the node must serve)."""
+    names = list(kinds)
+    weights = np.array([kinds[k][1] for k in names], np.float64)
+    picks = list(names) + list(rng.choice(names, size=max(0, n - len(names) - 1), p=weights / weights.sum()))
+    rng.shuffle(picks)
+    return [*picks, last]
+
+
 def generate(n: int, seed: int = 0) -> Iterator[ImageCase]:
     """`n` cases (made one at a time: a few are 25 MB), every kind at least once, the last one valid."""
     rng = np.random.default_rng(seed)
-    names = list(KINDS)
-    weights = np.array([KINDS[k][1] for k in names], np.float64)
-    picks = list(names) + list(rng.choice(names, size=max(0, n - len(names) - 1), p=weights / weights.sum()))
-    rng.shuffle(picks)
-    for kind in [*picks, "good"]:
+    for kind in pick_kinds(KINDS, n, rng, "good"):
         case = KINDS[kind][0](rng)
         yield ImageCase(**{**case.__dict__, "frame_id": FRAME_IDS[int(rng.integers(len(FRAME_IDS)))]})
