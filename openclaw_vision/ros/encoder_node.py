@@ -31,7 +31,7 @@ import time
 from typing import Any
 
 from .. import config as cfgmod
-from ..encoders import EncoderError, ImageEncoder, create_encoder
+from ..encoders import EncoderError, EncoderOptions, ImageEncoder, create_encoder
 from ..preprocess.compressed import CompressedFrame, create_decoder
 from ..preprocess.cpu import CpuPreprocessor
 from ..preprocess.encodings import FrameError
@@ -68,6 +68,7 @@ class EncoderNode:
         self._accepting = True
         self._warn_reject = Throttle(cfg.log_throttle_period)
         self._warn_fail = Throttle(cfg.log_throttle_period)
+        self.last_failure = ""  # the reason of the latest failed frame (/diagnostics)
         self._reconfigure_lock = threading.Lock()
         self._lost_before = 0  # samples lost by image subscriptions replaced since start
         self._features = transport.publisher(cfg.features_topic, VISUAL_FEATURES, DEFAULT)
@@ -126,9 +127,10 @@ class EncoderNode:
             self.counters.inc("rejected")
             self._warn_reject(log.warning, "rejected image on %s: %s", self.input_topic, err)
             return
-        except Exception as err:  # keep serving frames; the counter and log make it visible
+        except Exception as err:  # keep serving frames; the counter, log and diagnostics make it visible
             self.counters.inc("failed")
-            self._warn_fail(log.error, "encoding a frame failed: %r", err)
+            self.last_failure = str(err) if isinstance(err, EncoderError) else repr(err)
+            self._warn_fail(log.error, "encoding a frame failed: %s", self.last_failure)
             return
         self.times.add("preprocess", t1 - t0)
         self.times.add("encode", t2 - t1)
@@ -153,6 +155,8 @@ class EncoderNode:
         st = self.stats()
         values: dict[str, Any] = {k: st[k] for k in (*COUNTS, "lost", "backend", "precision", "model", "transport")}
         values.update(stage_values(st["stages_ms"]))
+        values["last_failure"] = self.last_failure
+        values.update(getattr(self.encoder, "status", dict)())  # a remote backend's server state
         return values
 
     def publish_diagnostics(self) -> None:
@@ -220,6 +224,7 @@ class EncoderNode:
             self.publish_diagnostics()  # a last, complete count for whoever is listening
         except Exception:
             log.exception("final diagnostics failed")
+        getattr(self.encoder, "close", lambda: None)()  # e.g. triton's shared-memory region
 
 
 def image_subscription(cfg: cfgmod.EncoderConfig) -> tuple[str, str]:
@@ -231,7 +236,13 @@ def image_subscription(cfg: cfgmod.EncoderConfig) -> tuple[str, str]:
 
 def _build(cfg: cfgmod.EncoderConfig, transport: Transport) -> EncoderNode:
     model_path = cfg.model_path or str(default_model_path(cfg.model, cfg.precision))
-    return EncoderNode(cfg, transport, create_encoder(cfg.backend, model_path, cfg.threads, cfg.performance_hint))
+    return EncoderNode(cfg, transport, create_encoder(cfg.backend, model_path, options=encoder_options(cfg)))
+
+
+def encoder_options(cfg: cfgmod.EncoderConfig) -> EncoderOptions:
+    """The backend options of a node's configuration (the keys of EncoderOptions' fields)."""
+    keys = EncoderOptions.__dataclass_fields__
+    return EncoderOptions(**{k: v for k, v in cfg.as_dict().items() if k in keys})
 
 
 def main(argv: list[str] | None = None) -> int:

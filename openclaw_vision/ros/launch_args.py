@@ -18,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from ..encoders import backends
+
 #: the default of every overriding argument: "not set, the parameters file decides"
 UNSET = ""
 
@@ -25,7 +27,7 @@ ENCODER_ARGUMENTS = {
     "image_topic": "sensor_msgs/Image topic to encode",
     "features_topic": "VisualFeatures topic (the encoder's output, the VLM's input)",
     "model": "named CLIP architecture",
-    "backend": "auto | onnxruntime | tensorrt",
+    "backend": " | ".join(backends.choices()),
     "precision": "int8 | fp32 | fp16",
 }
 VLM_ARGUMENTS = {
