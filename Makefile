@@ -15,6 +15,12 @@ export CYCLONEDDS_URI := file://$(CURDIR)/config/cyclonedds-loopback.xml
 TRT_BINDINGS := 10=tensorrt-cu12-bindings==10.16.1.11 11=tensorrt-cu13-bindings==11.4.0.106
 TRT_STAMP := $(VENV)/trt/.installed-$(shell echo $(TRT_BINDINGS) | sha1sum | cut -c1-10)
 
+# `openclaw-vision serve` runs PyTriton in a venv of its own: its release pins numpy<2 (and returns
+# empty outputs under NumPy 2), the project's venv has NumPy 2. The `serve` extra of setup.cfg lists it;
+# the package itself comes from this checkout (a .pth file), as the editable install does.
+SERVE_VENV := $(VENV)/serve
+SERVE_STAMP := $(SERVE_VENV)/.installed-$(shell sed -n '/^serve =/,/^[a-z]/p' setup.cfg | sha1sum | cut -c1-10)
+
 .PHONY: setup demo test lint clean
 
 # open_clip_torch: its SimpleTokenizer is the tests' reference and its wheel holds CLIP's BPE merges
@@ -23,7 +29,7 @@ TRT_STAMP := $(VENV)/trt/.installed-$(shell echo $(TRT_BINDINGS) | sha1sum | cut
 $(STAMP):
 	rm -f $(VENV)/.installed-*
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -e '.[tools,vlm,text,dev,openvino]'
+	$(PY) -m pip install -q -e '.[tools,vlm,text,dev,openvino,triton]'
 	$(PY) -m pip install -q --no-deps 'open_clip_torch==$(OPEN_CLIP_VERSION)'
 	touch $@
 
@@ -32,7 +38,14 @@ $(TRT_STAMP): $(STAMP)
 	for b in $(TRT_BINDINGS); do $(PY) -m pip install -q --no-deps --target $(VENV)/trt/$${b%%=*} $${b#*=}; done
 	touch $@
 
-setup: $(STAMP) $(TRT_STAMP)
+$(SERVE_STAMP): $(STAMP)
+	rm -rf $(SERVE_VENV)
+	$(PYTHON) -m venv $(SERVE_VENV)
+	$(SERVE_VENV)/bin/python -m pip install -q $$($(PY) -c 'from openclaw_vision.serving.serve import requirements; print(*requirements())')
+	echo $(CURDIR) > $$($(SERVE_VENV)/bin/python -c 'import site; print(site.getsitepackages()[0])')/openclaw_vision_src.pth
+	touch $@
+
+setup: $(STAMP) $(TRT_STAMP) $(SERVE_STAMP)
 
 demo: setup
 	$(PY) -m openclaw_vision.cli demo --out out/demo

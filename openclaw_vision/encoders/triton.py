@@ -287,7 +287,8 @@ class TritonEncoder:
             if self._region is not None:
                 from tritonclient.utils import shared_memory as shm
 
-                shm.destroy_shared_memory_region(self._region["handle"])
+                with contextlib.suppress(FileNotFoundError):  # someone removed /dev/shm's entry already
+                    shm.destroy_shared_memory_region(self._region["handle"])
                 self._region = None
             if self._client is not None:
                 self._close_client()

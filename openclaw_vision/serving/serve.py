@@ -137,6 +137,18 @@ def _add_parameters(triton, name: str, params: dict[str, str]) -> None:
     model._get_triton_model_config().backend_parameters.update(params)
 
 
+def requirements() -> list[str]:
+    """The `serve` extra's requirements, from the installed package's metadata (setup.cfg is the one list)."""
+    from importlib.metadata import requires
+
+    out = []
+    for req in requires("openclaw_vision") or []:
+        spec, _, marker = req.partition(";")
+        if 'extra == "serve"' in marker:
+            out.append(spec.strip().replace(" ", ""))
+    return out
+
+
 def can_host_pytriton() -> str | None:
     """None if PyTriton can serve from this interpreter; else why not."""
     if importlib.util.find_spec("pytriton") is None:
