@@ -544,8 +544,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model-path", type=Path, action="append", default=[], help="ONNX file(s) instead (repeatable)")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--runtimes", default="onnxruntime,openvino,tensorrt")
-    p.add_argument("--max-batch", type=int, default=8)
-    p.add_argument("--queue-delay-us", type=int, default=2000)
+    p.add_argument("--max-batch", type=int, default=8, help="the batch dimension's limit (Triton's max_batch_size)")
+    p.add_argument("--queue-delay-us", type=int, default=500, help="how long the batcher waits for more requests")
     p.add_argument("--engine-cache", type=Path, default=None, help="build-engine's cache (default: the data home's)")
     p.set_defaults(fn=cmd_triton_repo)
 

@@ -11,7 +11,7 @@ from ..models.configs import canonical_name
 from . import report
 from .harness import host_info, versions
 
-MODES = ("stages", "node", "roofline", "all", "vlm")  # "all" = the encoder modes; vlm runs alone
+MODES = ("stages", "node", "roofline", "all", "vlm", "triton")  # "all" = the encoder modes; vlm, triton run alone
 
 
 def run_bench(args: argparse.Namespace) -> dict:
@@ -62,6 +62,15 @@ def run_bench(args: argparse.Namespace) -> dict:
             enc.encode(x)
             images_per_s = 8 / (time.perf_counter() - t)
         result["roofline"] = run_roofline(args.model.split("@")[0], images_per_s, args.quick)
+    if "triton" in modes:
+        from .triton import run_triton
+
+        args.model = canonical_name(args.model)
+        tr = run_triton(Path(ensure_fp32(args.model, args.model_path)), args.quick, args.out)
+        result["variants"] += tr["variants"]
+        result["triton"] = tr["triton"]
+        result["model"], result["precision"] = tr["triton"]["model"], "fp32"
+        result["backend"] = "onnxruntime, locally and inside the Triton server"
     if "vlm" in modes:
         from .vlm import run_vlm
 

@@ -236,19 +236,36 @@ class TritonEncoder:
         out = parts[0] if len(parts) == 1 else np.concatenate(parts)
         return Embedding(l2_normalise(checked_output(out, len(pixels), self.embed_dim, self.backend)), self.model_id)
 
-    def _infer(self, x: np.ndarray) -> np.ndarray:
+    def _request(self, x: np.ndarray):
+        """The request's input and requested output: the pixels in the region (shared memory) or inline."""
         g = self._grpc
         inp = g.InferInput(self._input, list(x.shape), self._datatype)
         out = g.InferRequestedOutput(self._output)
-        out_bytes = len(x) * self.embed_dim * 4
         if self._registered:
             from tritonclient.utils import shared_memory as shm
 
             shm.set_shared_memory_region(self._region["handle"], [x])
             inp.set_shared_memory(self._region["name"], x.nbytes)
-            out.set_shared_memory(self._region["name"], out_bytes, offset=self._region["out_offset"])
+            out.set_shared_memory(self._region["name"], len(x) * self.embed_dim * 4, offset=self._region["out_offset"])
         else:
             inp.set_data_from_numpy(x)
+        return inp, out
+
+    def request_bytes(self, n: int = 1) -> int | None:
+        """Bytes of the gRPC request for `n` frames as this encoder sends it (the benchmark's figure), or
+        None where this tritonclient builds requests differently."""
+        try:
+            from tritonclient.grpc._utils import _get_inference_request
+
+            with self._lock:
+                inp, out = self._request(np.zeros((n, 3, self.image_size, self.image_size), DTYPES[self._datatype]))
+                req = _get_inference_request(self.model, [inp], self.version, "", [out], 0, False, False, 0, None, None)
+            return int(req.ByteSize())
+        except Exception:  # a private helper of tritonclient: the figure is optional
+            return None
+
+    def _infer(self, x: np.ndarray) -> np.ndarray:
+        inp, out = self._request(x)
         try:
             res = self._client.infer(self.model, [inp], model_version=self.version, outputs=[out],
                                      client_timeout=self.timeout)  # fmt: skip
@@ -257,6 +274,8 @@ class TritonEncoder:
             self._mark_down(reason)
             raise EncoderError(f"Triton request to grpc://{self.url} failed: {reason}") from err
         if self._registered:
+            from tritonclient.utils import shared_memory as shm
+
             shape = res.get_output(self._output).shape
             return shm.get_contents_as_numpy(self._region["handle"], np.float32, list(shape),
                                              offset=self._region["out_offset"]).copy()  # fmt: skip

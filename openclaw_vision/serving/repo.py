@@ -45,8 +45,10 @@ RUNTIMES = {
     "tensorrt": ('platform: "tensorrt_plan"', "KIND_GPU"),
 }
 DEFAULT_MAX_BATCH = 8
-#: how long the dynamic batcher holds a request for others to join it (µs): far below a frame's compute
-DEFAULT_QUEUE_DELAY_US = 2000
+#: how long the dynamic batcher holds a request for others to join it (µs): a lone camera's frame pays it in
+#: full, so it stays well below the +2 ms the triton path may cost; frames that queue behind a running batch
+#: are merged whatever the delay
+DEFAULT_QUEUE_DELAY_US = 500
 
 
 class RepoError(RuntimeError):

@@ -33,6 +33,7 @@ import sysconfig
 from pathlib import Path
 
 from ..resources import default_model_path
+from .repo import DEFAULT_MAX_BATCH, DEFAULT_QUEUE_DELAY_US
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def serve(model_path: Path, address: str = "127.0.0.1:8001", backend: str = "auto", threads: int = 0,
-          max_batch: int = 8, queue_delay_us: int = 2000, model: str = "", ready=None) -> None:  # fmt: skip
+          max_batch: int = DEFAULT_MAX_BATCH, queue_delay_us: int = DEFAULT_QUEUE_DELAY_US, model: str = "",
+          ready=None) -> None:  # fmt: skip
     """Serve `model_path` until SIGINT/SIGTERM. `ready(url)` is called once the model is loaded."""
     import numpy as np
 
@@ -176,8 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="auto", choices=[b for b in backends.choices() if b != "triton"],
                    help="the runtime that runs the model in the server")  # fmt: skip
     p.add_argument("--threads", type=int, default=0)
-    p.add_argument("--max-batch", type=int, default=8)
-    p.add_argument("--queue-delay-us", type=int, default=2000, help="how long the batcher waits for more requests")
+    p.add_argument("--max-batch", type=int, default=DEFAULT_MAX_BATCH)
+    p.add_argument("--queue-delay-us", type=int, default=DEFAULT_QUEUE_DELAY_US,
+                   help="how long the batcher waits for more requests")  # fmt: skip
     p.add_argument("--triton-model", default="", help="model name on the server (default: <model>_<precision>)")
     p.add_argument("--log-level", default="INFO")
     return p
