@@ -36,3 +36,10 @@ def test_triton_says_what_is_missing_when_its_client_is_not_installed(monkeypatc
     monkeypatch.setattr(importlib.util, "find_spec", missing)
     ok, why = backends.get("triton").usable()
     assert not ok and "pip install openclaw_vision[triton]" in why
+
+
+def test_a_triton_url_launch_argument_stays_text():
+    from openclaw_vision.ros.launch_args import node_overrides
+
+    encoder, _, _ = node_overrides({"backend": "triton", "triton_url": "10:50"})
+    assert encoder == {"backend": "triton", "triton_url": "10:50"}  # YAML 1.1 alone would make it 650

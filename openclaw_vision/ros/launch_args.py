@@ -29,6 +29,7 @@ ENCODER_ARGUMENTS = {
     "model": "named CLIP architecture",
     "backend": " | ".join(backends.choices()),
     "precision": "int8 | fp32 | fp16",
+    "triton_url": "backend triton: the server's gRPC HOST:PORT",
 }
 VLM_ARGUMENTS = {
     "llm": "tiny | tinyllama-1.1b | a Hugging Face Llama folder",
@@ -44,8 +45,9 @@ LABELS_ARGUMENTS = {
 #: encoder writes, and the labels node's text tower must be of the encoder's model (its ids must match)
 VLM_SHARED = ("features_topic",)
 LABELS_SHARED = ("features_topic", "model")
-#: arguments taken as text whatever they look like ("yes" or "1" is a label, not a bool or an int)
-TEXT_ARGUMENTS = ("labels",)
+#: arguments taken as text whatever they look like ("yes" or "1" is a label, not a bool or an int; YAML 1.1
+#: reads a HOST:PORT such as "10:50" as the base-60 int 650)
+TEXT_ARGUMENTS = ("labels", "triton_url")
 
 
 def user_overrides(values: Mapping[str, str], names) -> dict[str, Any]:
