@@ -11,6 +11,7 @@ import json
 import logging
 import shutil
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -213,14 +214,19 @@ def test_a_server_killed_mid_stream_fails_frames_visibly_and_the_node_recovers(t
                                     what="/diagnostics showing the server unreachable")  # fmt: skip
             values = status_values(outage[-1], STATUS_NAME)
             assert "Triton" in values["last_failure"] and int(values["failed"]) >= 1
-            servers.append(serve(tiny_model, port, tmp_path / "serve2.log").start())  # back on the same port
-            deadline = time.monotonic() + 60
-            while node.stats()["encoded"] == 3 and time.monotonic() < deadline:
+            servers.append(serve(tiny_model, port, tmp_path / "serve2.log"))  # back on the same port, while
+            starting = threading.Thread(target=servers[-1].start, daemon=True)  # the camera goes on sending
+            starting.start()
+            deadline = time.monotonic() + 90
+            while (starting.is_alive() or node.stats()["encoded"] == 3) and time.monotonic() < deadline:
                 one()
-                time.sleep(0.1)
+                time.sleep(0.2)
+            starting.join(timeout=1)
             for _ in range(3):
                 one()
         st = node.stats()
+        print("outage:", {k: st[k] for k in ("received", "encoded", "failed", "dropped", "rejected")},
+              node.encoder.status())  # fmt: skip
         assert st["encoded"] >= 4, "the node never recovered"
         assert st["received"] == cam.sent == st["encoded"] + st["failed"] + st["dropped"] + st["rejected"]
         assert st["failed"] >= 4 and all(t.is_alive() for t in node._threads)
