@@ -67,6 +67,13 @@ def test_triton_features_equal_the_local_backends_with_and_without_shared_memory
     assert srv.url == f"grpc://127.0.0.1:{port}"
     x = pixels(5)
     local = OnnxRuntimeEncoder(tiny_model, threads=1).encode(x).vectors
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
+
+    def regions() -> list[str]:
+        return [r["name"] for r in client.get_system_shared_memory_status(as_json=True).get("regions", {}).values()]
+
     results = {}
     for shm in ("auto", "off"):
         enc = create_encoder("triton", tiny_model, options=options(port, triton_shared_memory=shm))
@@ -74,8 +81,11 @@ def test_triton_features_equal_the_local_backends_with_and_without_shared_memory
             assert enc.status()["triton_shared_memory"] == ("on" if shm == "auto" else "off")
             assert (enc.model_id, enc.embed_dim) == ("tiny@random-seed0", 32)
             results[shm] = np.concatenate([enc.encode(x[:1]).vectors, enc.encode(x[1:]).vectors])  # batch 1 and 4
+            assert len(regions()) == (1 if shm == "auto" else 0)  # one region per encoder, registered once
         finally:
             enc.close()
+        assert regions() == []  # unregistered at exit
+    client.close()
     for shm, got in results.items():
         assert float(np.min(np.sum(got * local, axis=1))) >= 0.99999, shm
     assert float(np.min(np.sum(results["auto"] * results["off"], axis=1))) >= 0.99999
@@ -302,3 +312,15 @@ def test_triton_repo_writes_configs_that_tritons_own_definition_parses(tiny_mode
     assert plan.platform == "tensorrt_plan" and plan.default_model_filename == "model.plan"
     assert plan.parameters["tensorrt"].string_value == "10.16.1.11"
     assert _parse(tmp_path / "repo" / "tiny_int8" / "config.pbtxt").parameters["precision"].string_value == "int8"
+
+
+def test_the_triton_repo_command_says_what_it_wrote_and_skipped(tiny_model, tmp_path, capsys):
+    from openclaw_vision.cli import main
+
+    rc = main(["triton-repo", "--model-path", str(tiny_model), "--out", str(tmp_path / "repo"),
+               "--engine-cache", str(tmp_path / "no-engines")])  # fmt: skip
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert f"wrote {tmp_path / 'repo' / 'tiny_fp32'} (onnxruntime, batch 1..8)" in out
+    assert "skipped tiny_fp32_tensorrt: no build-engine engine of tiny.fp32.onnx" in out
+    assert sorted(p.name for p in (tmp_path / "repo").iterdir()) == ["tiny_fp32", "tiny_fp32_openvino"]
