@@ -398,14 +398,17 @@ def build_parser() -> argparse.ArgumentParser:
         default="s8s8",
         help="s8s8: signed symmetric, TensorRT and ONNX Runtime; u8s8: unsigned activations, ONNX Runtime only",
     )
-    p.add_argument("--min-mean-cosine", type=float, default=0.999)
-    p.add_argument("--min-cosine", type=float, default=0.995)
-    p.add_argument("--min-nn-agreement", type=float, default=0.99)
+    p.add_argument("--min-mean-cosine", type=float, default=GateSpec.mean_cosine)
+    p.add_argument("--min-cosine", type=float, default=GateSpec.min_cosine)
+    p.add_argument(
+        "--min-nn-agreement", type=float, default=GateSpec.nn_agreement, help="ties judged by the FP32 margin"
+    )
     p.add_argument(
         "--min-zero-shot-agreement",
         type=float,
         default=GateSpec.zero_shot_top1,
-        help="zero-shot top-1 agreement INT8 vs FP32 on the gate's label set (when a text tower is at hand)",
+        help="zero-shot top-1 agreement INT8 vs FP32 on the gate's label set (when a text tower is at hand);"
+        " ties judged by the FP32 margin",
     )
     p.add_argument(
         "--text-model", type=Path, default=None, help="FP32 text export of the same weights (default: the data home's)"

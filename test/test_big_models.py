@@ -215,9 +215,9 @@ def test_the_probe_measures_each_layers_own_output_error(tiny_model):
 
 
 def test_local_sensitivity_finds_the_layer_reading_an_outlier_channel(tmp_path):
+    from openclaw_vision.encoders.onnxruntime import session
     from openclaw_vision.models.checkpoint import build_model
     from openclaw_vision.models.export import export_onnx
-    from openclaw_vision.quant.evaluate import session
 
     model, model_id = build_model("tiny", seed=0)
     with torch.no_grad():
@@ -308,7 +308,7 @@ def test_the_demo_says_how_the_newest_frame_policy_bounds_latency():
     assert policy_line({**slow, "dropped": 0}) is None  # nothing to explain when every frame was encoded
 
 
-def test_ladder_command_runs_a_model_through_every_step(sample_bag, tmp_path):
+def test_ladder_command_runs_a_model_through_every_step(sample_bag, tmp_path, data_home):
     import subprocess
     import sys
 

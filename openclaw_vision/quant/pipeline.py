@@ -27,10 +27,11 @@ from pathlib import Path
 
 import numpy as np
 
+from ..encoders.onnxruntime import session
 from ..models import onnx_files
 from ..phases import PhaseLog
 from . import calibrate, crossmodal, data, memory, partition, sensitivity
-from .evaluate import Evaluator, GateSpec, embed, session, worst
+from .evaluate import Evaluator, GateSpec, embed, worst
 from .graph import quantisable_layers
 from .qdq import SCHEMES, build_probe_model, build_qdq_model, build_switch_model
 from .runtimes import gate_by_runtime, stamp
@@ -173,7 +174,8 @@ def quantize(opts: QuantOptions, frames=None) -> dict:
 
         with phases.phase("FP32: calibration pass and reference embeddings"):
             tensors = sorted({layer.activation for layer in layers})
-            obs = session(ws.write(calibrate.observation_model(ws.graph, tensors), "observe"), opts.threads, "basic")
+            observe = ws.write(calibrate.observation_model(ws.graph, tensors), "observe")
+            obs = session(observe, opts.threads, level="basic", quiet=True)
             batch = calibrate.observe_batch(obs, tensors)
             t = time.perf_counter()
             stats = calibrate.collect_stats(obs, tensors, qdata.batches(batch), progress)
@@ -217,7 +219,7 @@ def quantize(opts: QuantOptions, frames=None) -> dict:
         if opts.sensitivity or not worst(all_int8).passes(opts.gate):  # the partition needs a ranking
             with phases.phase("sensitivity, local (one pass)"):
                 probe = build_probe_model(ws.graph, layers, ranges[opts.method], opts.scheme, weights=ws.weights)
-                probe_sess = session(ws.write(probe, "probe"), opts.threads)
+                probe_sess = session(ws.write(probe, "probe"), opts.threads, quiet=True)
                 probe_x = data.spread(qdata.calibration, probe_n)
                 # one image per run: ONNX Runtime schedules the probe branches late, so a run holds
                 # nearly every activation of the network at once (ViT-L-14: +1.7 GB at batch 4, +0.4 GB at 1)
@@ -259,10 +261,10 @@ def quantize(opts: QuantOptions, frames=None) -> dict:
             with phases.phase("write the INT8 model"):
                 ws.finalize(ws.write(final, "final"), stage.path, opts.data_threshold)
             with phases.phase("checks: batch invariance and latency"):
-                int8_sess = session(stage.path, opts.threads)
+                int8_sess = session(stage.path, opts.threads, quiet=True)
                 few = qdata.native[: 4 if big else 8]
                 one, eight = embed(int8_sess, few, batch=1), embed(int8_sess, few, batch=8)
-                fp32_sess = session(opts.fp32_model, opts.threads)
+                fp32_sess = session(opts.fp32_model, opts.threads, quiet=True)
                 latency = _latency_ms({"fp32": fp32_sess, "int8": int8_sess}, qdata.native[:1])
                 del int8_sess, fp32_sess
             mem = {}
