@@ -33,11 +33,12 @@ def kl_from_logits(ref_logits: np.ndarray, cand_logits: np.ndarray) -> np.ndarra
     return np.sum(np.exp(logp) * (logp - logq), axis=-1)
 
 
-def l2_normalise(x, eps: float = NORM_EPS, xp=np):
-    """Rows scaled to unit length (last axis); a zero row stays zero."""
+def l2_normalise(x, eps: float = NORM_EPS, xp=np, dtype=np.float32):
+    """Rows scaled to unit length (last axis), as `dtype` (embeddings are float32 throughout); a zero row stays zero."""
+    x = xp.asarray(x, dtype)
     return x / xp.maximum(xp.linalg.norm(x, axis=-1, keepdims=True), eps)
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Cosine similarity of matching rows of `a` and `b` (last axis)."""
-    return np.sum(l2_normalise(a) * l2_normalise(b), axis=-1)
+    return np.sum(l2_normalise(a, dtype=np.float64) * l2_normalise(b, dtype=np.float64), axis=-1)

@@ -16,6 +16,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from ..numerics import l2_normalise  # noqa: F401 - the encoders' import of it
+
 
 @dataclass
 class Embedding:
@@ -27,11 +29,6 @@ class Embedding:
     @property
     def dim(self) -> int:
         return int(self.vectors.shape[1])
-
-
-def l2_normalise(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
-    x = np.asarray(x, np.float32)
-    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), eps)
 
 
 @runtime_checkable
