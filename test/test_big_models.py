@@ -32,7 +32,7 @@ from openclaw_vision.models.export import ExportCheckError, export_model, finish
 from openclaw_vision.models.vit import VisionTransformer
 from openclaw_vision.quant import calibrate, sensitivity
 from openclaw_vision.quant.calibrate import Range
-from openclaw_vision.quant.evaluate import RUNNERS, Evaluator, Row, worst
+from openclaw_vision.quant.evaluate import Evaluator, GateSpec, worst
 from openclaw_vision.quant.graph import quantisable_layers
 from openclaw_vision.quant.qdq import activation_qparams, build_probe_model, probe_outputs, quantise_weight
 
@@ -241,24 +241,27 @@ def test_rank_agreement_is_spearman():
     assert sensitivity.rank_agreement(list("abcd"), list("dcba")) == -1.0
 
 
-def test_a_new_gate_row_is_one_runner_and_one_row(tiny_model):
-    """What the OpenVINO row will be: another runtime scored on the same held-out frames and checks."""
+def test_a_new_runtime_is_one_entry_and_scores_every_row(tiny_model, monkeypatch):
+    """What the OpenVINO row is: another runtime's encoder scored on the same held-out frames and checks."""
+    from openclaw_vision.quant import runtimes
+
     calls = []
 
-    def halved_threads(model, threads):
+    def one_thread(model, threads):
         calls.append(model)
-        return RUNNERS["onnxruntime"](model, 1)
+        return OnnxRuntimeEncoder(model, threads=1)
 
-    RUNNERS["ort-1-thread"] = halved_threads
-    try:
-        heldout = {"1920x1080": X, "854x480": X[::-1].copy()}
-        ev = Evaluator.from_model(tiny_model, heldout)
-        ev.rows.append(Row("ort-1-thread 1920x1080", "1920x1080", "ort-1-thread"))
-        scores = ev.score(tiny_model)
-    finally:
-        del RUNNERS["ort-1-thread"]
-    assert list(scores) == ["1920x1080", "854x480", "ort-1-thread 1920x1080"] and calls == [tiny_model]
-    assert worst(scores).mean_cosine == pytest.approx(1.0, abs=1e-6)
+    monkeypatch.setitem(runtimes.RUNTIMES, "ort-1-thread", one_thread)
+    heldout = {"1920x1080": X, "854x480": X[::-1].copy()}
+    ev = Evaluator.from_model(tiny_model, heldout)
+    ev.runtimes = ("onnxruntime", "ort-1-thread")
+    scores = ev.gate_rows(tiny_model)
+    assert list(scores) == ["1920x1080", "854x480", "ort-1-thread 1920x1080", "ort-1-thread 854x480"]
+    assert calls == [tiny_model] and worst(scores).mean_cosine == pytest.approx(1.0, abs=1e-6)
+    rows = ev.by_runtime(tiny_model, GateSpec(), ["onnxruntime", "ort-1-thread"])
+    assert all(r["passed"] and set(r["per_resolution"]) == set(heldout) for r in rows.values())
+    with pytest.raises(ValueError, match="unknown runtime 'nope'"):
+        ev.score(tiny_model, "nope")
 
 
 # --- checkpoints at the big widths ----------------------------------------------------------------------

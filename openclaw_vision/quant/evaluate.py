@@ -13,22 +13,22 @@ comparing unit-normalised INT8 embeddings u_i with FP32 v_i:
   (checked only where a text tower is at hand).
 
 The gate is a list of named checks (`GateSpec.checks`), each a metric with a bound (or none:
-reported only), applied to the worst value over the rows. A new row (another runtime, another
-resolution) is one `Row` and, for a new runtime, one entry in RUNNERS; a new term is one metric
-in `Metrics` and one `Check`.
+reported only), applied to the worst value over the rows. A row is a held-out set at one
+resolution; every runtime scores every row through `runtimes.RUNTIMES` (a new runtime is one entry
+there); a new term is one metric in `Metrics` and one `Check`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
 from dataclasses import asdict, dataclass, fields
-from pathlib import Path
 
 import numpy as np
 
-from ..encoders.onnxruntime import session
 from ..numerics import kl_from_logits, l2_normalise
 from . import crossmodal
+
+log = logging.getLogger(__name__)
 
 LOGIT_SCALE = 100.0
 
@@ -169,25 +169,12 @@ def worst(per_row: dict[str, Metrics]) -> Metrics:
     return Metrics(**{f.name: worst_of(f.name) for f in fields(Metrics)})
 
 
-#: A runtime the gate can run a candidate on: (model path, threads) → embed(pixels) → unit rows.
-Runner = Callable[[Path, int], Callable[[np.ndarray], np.ndarray]]
-
-
-def _onnxruntime(model: Path, threads: int) -> Callable[[np.ndarray], np.ndarray]:
-    sess = session(model, threads, quiet=True)
-    return lambda pixels: embed(sess, pixels)
-
-
-RUNNERS: dict[str, Runner] = {"onnxruntime": _onnxruntime}
-
-
 @dataclass(frozen=True)
 class Row:
-    """One row of the gate: the held-out frames at `resolution`, run by `runner`."""
+    """One row of the gate: the held-out frames at `resolution` (every runtime scores every row)."""
 
     name: str
     resolution: str
-    runner: str = "onnxruntime"
 
 
 def default_rows(resolutions: list[str]) -> list[Row]:
@@ -198,7 +185,9 @@ class Evaluator:
     """The FP32 reference embeddings of the held-out sets; scores candidate models against them, row by row.
 
     The references come from whichever float session the caller has open (the quantiser computes
-    them in its calibration pass), so no second FP32 session is ever needed.
+    them in its calibration pass), so no second FP32 session is ever needed. `runtimes`: those
+    the partition's gate scores on (`gate_rows`); the per-runtime gate scores the final model on
+    every installed one (`by_runtime`).
     """
 
     def __init__(
@@ -208,27 +197,49 @@ class Evaluator:
         threads: int = 0,
         rows: list[Row] | None = None,
         text: crossmodal.TextReference | None = None,
+        runtimes: tuple[str, ...] = ("onnxruntime",),
     ) -> None:
         self.heldout = heldout
         self.reference = reference
         self.threads = threads
         self.text = text
         self.rows = rows or default_rows(list(heldout))
+        self.runtimes = runtimes
 
     @classmethod
     def from_model(
         cls, fp32_model, heldout: dict[str, np.ndarray], threads: int = 0, text: crossmodal.TextReference | None = None
     ) -> Evaluator:
-        ref = session(fp32_model, threads, quiet=True)
-        return cls(heldout, {res: embed(ref, x) for res, x in heldout.items()}, threads, text=text)
+        from .runtimes import embedder
 
-    def score(self, model, rows: list[str] | None = None) -> dict[str, Metrics]:
-        """Metrics of `model` per row (all rows, or those named); one runtime session open at a time."""
+        ref = embedder("onnxruntime", fp32_model, threads)
+        return cls(heldout, {res: ref(x) for res, x in heldout.items()}, threads, text=text)
+
+    def score(self, model, runtime: str = "onnxruntime", rows: list[str] | None = None) -> dict[str, Metrics]:
+        """Metrics of `model` run by `runtime` (through the node's encoder) per row (all, or those named).
+
+        The only scoring loop: one runtime session open at a time."""
+        from .runtimes import embedder
+
+        run = embedder(runtime, model, self.threads)
         todo = [r for r in self.rows if rows is None or r.name in rows]
+        return {r.name: compare(run(self.heldout[r.resolution]), self.reference[r.resolution], self.text) for r in todo}
+
+    def gate_rows(self, model, rows: list[str] | None = None) -> dict[str, Metrics]:
+        """What the partition judges: every row on each of `self.runtimes` (rows of the first runtime keep
+        their plain names, the others' are prefixed: 'openvino 1920x1080')."""
         out: dict[str, Metrics] = {}
-        for runner in dict.fromkeys(r.runner for r in todo):
-            run = RUNNERS[runner](model, self.threads)
-            for r in (r for r in todo if r.runner == runner):
-                out[r.name] = compare(run(self.heldout[r.resolution]), self.reference[r.resolution], self.text)
-            del run
+        for i, rt in enumerate(self.runtimes):
+            out.update({(k if i == 0 else f"{rt} {k}"): m for k, m in self.score(model, rt, rows).items()})
+        return out
+
+    def by_runtime(self, model, gate: GateSpec, runtimes: list[str]) -> dict:
+        """{runtime: {passed, <worst metrics>, per_resolution}} of `model` on each runtime: the per-runtime gate."""
+        out = {}
+        for rt in runtimes:
+            per_res = self.score(model, rt)
+            w = worst(per_res)
+            per_resolution = {k: m.as_dict() for k, m in per_res.items()}
+            out[rt] = {"passed": w.passes(gate), **w.as_dict(), "per_resolution": per_resolution}
+            log.info("gate on %s: %s, %s", rt, "passed" if out[rt]["passed"] else "FAILED", w.as_dict())
         return out

@@ -34,7 +34,7 @@ from . import calibrate, crossmodal, data, memory, partition, sensitivity
 from .evaluate import Evaluator, GateSpec, embed, worst
 from .graph import quantisable_layers
 from .qdq import SCHEMES, build_probe_model, build_qdq_model, build_switch_model
-from .runtimes import gate_by_runtime, stamp
+from .runtimes import installed_runtimes, stamp
 from .sensitivity import PROBE_FRAMES
 from .workspace import Workspace
 
@@ -93,6 +93,7 @@ class QuantOptions:
     measure_memory: bool = True
     text_model: Path | None = None  # FP32 text export for the gate's text term; None: the data home's, if any
     text: bool = True  # False: no text term
+    partition_runtimes: tuple[str, ...] = ("onnxruntime",)  # the runtimes the partition's gate scores on
 
 
 def _progress():
@@ -190,7 +191,7 @@ def quantize(opts: QuantOptions, frames=None) -> dict:
             else (None, "not computed (--no-text)")
         )
         log.info("zero-shot text term: %s", text_note)
-        evaluator = Evaluator(qdata.heldout, reference, opts.threads, text=text_ref)
+        evaluator = Evaluator(qdata.heldout, reference, opts.threads, text=text_ref, runtimes=opts.partition_runtimes)
         native = next(iter(qdata.heldout))
         built = {"n": 0}
 
@@ -203,7 +204,7 @@ def quantize(opts: QuantOptions, frames=None) -> dict:
             methods = {}
             for m in calibrate.METHODS:
                 rows = [evaluator.rows[0].name] if big and m != opts.method else None
-                scored = evaluator.score(build(frozenset(), m), rows)
+                scored = evaluator.gate_rows(build(frozenset(), m), rows)
                 methods[m] = {
                     "worst": worst(scored).as_dict(),
                     "passed": worst(scored).passes(opts.gate),
@@ -255,7 +256,8 @@ def quantize(opts: QuantOptions, frames=None) -> dict:
             weights=ws.weights,
         )
         with phases.phase("gate on every installed runtime"):
-            by_runtime = gate_by_runtime(ws.write(final, "final"), evaluator, opts.gate)  # as each one rounds it
+            # as each runtime rounds it, through the node's encoder for it
+            by_runtime = evaluator.by_runtime(ws.write(final, "final"), opts.gate, installed_runtimes())
             stamp(final, by_runtime)
         with onnx_files.Staged(opts.out) as stage:
             with phases.phase("write the INT8 model"):
