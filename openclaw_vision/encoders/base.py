@@ -144,7 +144,9 @@ def check_gate(info: ModelInfo, backend: str, policy: str, log) -> None:
             raise BackendUnsuitable(why)
         log.warning("%s; re-run `openclaw-vision quantize` with %s installed to gate it there", why, backend)
     elif not gate.get("passed"):
+        from ..quant.evaluate import gate_summary
+
         raise BackendUnsuitable(
-            f"{info.model_id} (INT8) failed its accuracy gate on {backend}: mean cosine {gate.get('mean_cosine')}, "
-            f"min {gate.get('min_cosine')}, NN agreement {gate.get('nn_agreement')}; use backend onnxruntime"
+            f"{info.model_id} (INT8) failed its accuracy gate on {backend}: {gate_summary(gate)};"
+            " use backend onnxruntime"
         )

@@ -52,6 +52,8 @@ class Metrics:
 
 #: Metrics where a smaller value is better (the gate takes their maximum over rows).
 LOWER_IS_BETTER = frozenset({"kl", "collapse", "zero_shot_kl"})
+#: Metrics that are shares of frames (printed as percentages).
+PERCENT = frozenset({"nn_agreement", "zero_shot_top1"})
 
 
 @dataclass(frozen=True)
@@ -61,10 +63,21 @@ class Check:
     name: str
     metric: str
     bound: float | None = None
+    label: str = ""  # the short name in one-line summaries (`gate_summary`); default: `name`
 
     @property
     def higher_is_better(self) -> bool:
         return self.metric not in LOWER_IS_BETTER
+
+    def format(self, value: float | None) -> str:
+        """The value as the report and the summaries print it (shares as percentages)."""
+        if value is None:
+            return "—"
+        if self.metric in PERCENT:
+            return f"{value:.2%}"
+        if self.metric in LOWER_IS_BETTER or self.metric == "collapse":
+            return f"{value:.3g}"
+        return f"{value:.6f}"
 
     def passes(self, m: Metrics) -> bool:
         value = getattr(m, self.metric)
@@ -94,14 +107,31 @@ class GateSpec:
     def checks(self) -> list[Check]:
         """The gate, in the order the report lists it."""
         return [
-            Check("mean cosine vs FP32", "mean_cosine", self.mean_cosine),
-            Check("min cosine vs FP32", "min_cosine", self.min_cosine),
-            Check("nearest-neighbour agreement", "nn_agreement", self.nn_agreement),
-            Check("retrieval KL (logit scale 100)", "kl"),
-            Check("collapse degree, image term", "collapse"),
-            Check("zero-shot top-1 agreement (text tower)", "zero_shot_top1", self.zero_shot_top1),
-            Check("zero-shot score KL (text tower)", "zero_shot_kl"),
+            Check("mean cosine vs FP32", "mean_cosine", self.mean_cosine, "mean cosine"),
+            Check("min cosine vs FP32", "min_cosine", self.min_cosine, "min cosine"),
+            Check("nearest-neighbour agreement", "nn_agreement", self.nn_agreement, "NN agreement"),
+            Check("retrieval KL (logit scale 100)", "kl", label="KL"),
+            Check("collapse degree, image term", "collapse", label="collapse"),
+            Check(
+                "zero-shot top-1 agreement (text tower)", "zero_shot_top1", self.zero_shot_top1, "zero-shot agreement"
+            ),
+            Check("zero-shot score KL (text tower)", "zero_shot_kl", label="zero-shot KL"),
         ]
+
+
+def gate_summary(values, gate: GateSpec | None = None) -> str:
+    """The gate in one line, the one wording of every pass/fail message (CLI, first-use build, encoders):
+    'mean cosine 0.999940 (>= 0.999), min cosine ..., NN agreement 100.00% (>= 0.99), zero-shot agreement ...'.
+
+    `values`: a `Metrics` or a mapping of metric → value (a model's stamped verdict); the enforced
+    checks that have a value are listed, with their bounds when `gate` is given."""
+    get = values.get if isinstance(values, dict) else (lambda k: getattr(values, k, None))
+    parts = []
+    for c in (gate or GateSpec()).checks():
+        if c.bound is None or (v := get(c.metric)) is None:
+            continue
+        parts.append(f"{c.label or c.name} {c.format(v)}" + (f" ({c.requirement()})" if gate else ""))
+    return ", ".join(parts)
 
 
 def embed(sess, pixels: np.ndarray, batch: int = 8) -> np.ndarray:
