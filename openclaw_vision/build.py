@@ -37,6 +37,19 @@ def ensure_fp32(model: str, model_path: Path | None = None, checkpoint: Path | N
     return path
 
 
+def ensure_gate_text(model: str, checkpoint: Path | None = None) -> Path:
+    """The FP32 text export of a named model in the data home (made now if missing, as the FP32 export is).
+
+    Every entry point that quantises a named model (`quantize --model`, the ladder, and
+    `ensure_int8`: the demo, first use, `ask`) calls this first, so the INT8 gate has the same
+    checks everywhere, its zero-shot term included: the pipeline finds the text tower there by the
+    image model's id. An FP32 file given by path gets the term only if a text export of its model
+    id is already there (nothing says which weights to export)."""
+    from .text.build import ensure_text_fp32
+
+    return ensure_text_fp32(model, None, checkpoint)
+
+
 def int8_path_for(fp32: Path) -> Path:
     """Where the INT8 model made from a given FP32 file goes: beside it (`x.fp32.onnx` → `x.int8.onnx`)."""
     stem = fp32.name.removesuffix(".onnx").removesuffix(".fp32")
@@ -58,6 +71,8 @@ def ensure_int8(model: str, calib: Path | None = None, fp32_path: Path | None = 
     from .quant.report import write
 
     fp32 = ensure_fp32(model, fp32_path)
+    if not fp32_path:
+        ensure_gate_text(model)  # the gate's text term, as `quantize --model` has it
     frames = None
     if calib is None:
         from .preprocess.frame import Frame
@@ -77,16 +92,7 @@ def ensure_int8(model: str, calib: Path | None = None, fp32_path: Path | None = 
         frames=frames,
     )
     write(result, report)
-    if not result["passed"]:
-        raise BuildError(
-            f"INT8 {model} failed its accuracy gate (mean cosine {result['mean_cosine']}, min {result['min_cosine']},"
-            f" NN agreement {result['nn_agreement']}); report in {report}"
-        )
-    log.info(
-        "INT8 gate passed: mean cosine %.6f, min %.6f, %d layers kept float; report in %s",
-        result["mean_cosine"],
-        result["min_cosine"],
-        len(result["kept_float"]),
-        report,
-    )
+    if not result.passed:
+        raise BuildError(f"INT8 {model} failed its accuracy gate ({result.summary()}); report in {report}")
+    log.info("INT8 gate passed: %s; report in %s", result.summary(), report)
     return path

@@ -94,7 +94,7 @@ def _terminate_as_exit():
 
 
 def cmd_quantize(args: argparse.Namespace) -> int:
-    from .build import ensure_fp32, int8_path_for
+    from .build import ensure_fp32, ensure_gate_text, int8_path_for
     from .models.configs import canonical_name
     from .quant.data import CalibrationDataError
     from .quant.evaluate import GateSpec
@@ -105,9 +105,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
         model = canonical_name(args.model) if not args.model_path else args.model
         fp32 = ensure_fp32(model, args.model_path, args.checkpoint)
         if not args.model_path and not args.no_text and not args.text_model:
-            from .text.build import ensure_text_fp32
-
-            ensure_text_fp32(model, None, args.checkpoint)  # the gate's text term (built once, like the FP32 export)
+            ensure_gate_text(model, args.checkpoint)  # the gate's text term, as every entry point has it
         opts = QuantOptions(
             fp32_model=fp32,
             calib=args.calib,
@@ -138,25 +136,18 @@ def cmd_quantize(args: argparse.Namespace) -> int:
         print(f"quantize: {err}", file=sys.stderr)
         return 2
     written = write(result, args.report)
-    zs = result["zero_shot"]["top1_agreement"]
-    numbers = (
-        f"mean cosine {result['mean_cosine']:.6f} (>= {opts.gate.mean_cosine}), min cosine {result['min_cosine']:.6f}"
-        f" (>= {opts.gate.min_cosine}), NN agreement {result['nn_agreement']:.2%} (>= {opts.gate.nn_agreement:.0%}),"
-        + (f" zero-shot agreement {zs:.2%} (>= {opts.gate.zero_shot_top1:.0%})," if zs is not None else "")
-        + f" {len(result['kept_float'])}/{result['layers']} layers kept float"
-    )
     report = ", ".join(str(p) for p in written)
     print(
-        f"{result['seconds']} s, peak RSS {result['peak_rss_mb'] / 1e3:.2f} GB; per phase: "
-        + "; ".join(f"{p['name']} {p['seconds']} s / {p['peak_rss_mb'] / 1e3:.2f} GB" for p in result["phases"])
+        f"{result.seconds} s, peak RSS {result.peak_rss_mb / 1e3:.2f} GB; per phase: "
+        + "; ".join(f"{p['name']} {p['seconds']} s / {p['peak_rss_mb'] / 1e3:.2f} GB" for p in result.phases)
     )
-    if not result["passed"]:
-        print(f"quantize: gate FAILED, no model written: {numbers}\nreport: {report}", file=sys.stderr)
+    if not result.passed:
+        print(f"quantize: gate FAILED, no model written: {result.summary()}\nreport: {report}", file=sys.stderr)
         return 1
-    size = result["size_mb"]
+    size, lat = result.size_mb, result.latency_b1_ms
     print(
-        f"wrote {result['int8_model']} (gate passed: {numbers}; {size['fp32']} -> {size['int8']} MB; "
-        f"batch-1 {result['latency_b1_ms']['fp32']} -> {result['latency_b1_ms']['int8']} ms)\nreport: {report}"
+        f"wrote {result.int8_model} (gate passed: {result.summary()}; {size['fp32']} -> {size['int8']} MB; "
+        f"batch-1 {lat['fp32']} -> {lat['int8']} ms)\nreport: {report}"
     )
     return 0
 

@@ -94,7 +94,10 @@ def _quantize(model: str, calib: Path, out: Path) -> dict:
         "peak_rss_mb": r["peak_rss_mb"],
         "phases": r["phases"],
         "passed": r["passed"],
-        "gate": {k: r[k] for k in ("mean_cosine", "min_cosine", "nn_agreement", "kl")},
+        "gate": {
+            **{k: r[k] for k in ("mean_cosine", "min_cosine", "nn_agreement", "kl")},
+            "zero_shot_top1": r["zero_shot"]["top1_agreement"],  # the text tower `quantize --model` exports
+        },
         "kept_float": len(r["kept_float"]),
         "layers": r["layers"],
         "frames": {"calibration": r["calibration"]["frames"], "heldout": r["calibration"]["heldout_frames"]},

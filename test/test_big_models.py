@@ -157,10 +157,11 @@ def test_quantize_streams_an_external_data_model_into_an_external_data_int8_mode
     from openclaw_vision.quant.pipeline import QuantOptions, quantize
 
     out = tmp_path / "models" / "tiny.int8.onnx"
-    r = quantize(
+    result = quantize(
         QuantOptions(external_tiny.path, sample_bag, out, data_threshold=0, measure_memory=False, sweep="never")
     )
-    assert r["passed"] and r["int8_files"] == ["tiny.int8.onnx", "tiny.int8.onnx.data"]
+    r = result.as_dict()  # report.json's keys
+    assert result.passed and r["int8_files"] == ["tiny.int8.onnx", "tiny.int8.onnx.data"]
     assert sorted(p.name for p in out.parent.iterdir()) == ["tiny.int8.onnx", "tiny.int8.onnx.data"]  # no scratch
     assert onnx_files.read_metadata(out)["external_data"] == "tiny.int8.onnx.data"
     enc = OnnxRuntimeEncoder(out)
@@ -324,6 +325,7 @@ def test_ladder_command_runs_a_model_through_every_step(sample_bag, tmp_path, da
     rec = json.loads((tmp_path / "tiny.json").read_text())
     assert rec["export"]["peak_rss_mb"] > 0 and rec["export"]["check_images"] == 4
     assert rec["quantize"]["passed"] and rec["quantize"]["memory"]["int8"]["session_mb"] > 0
+    assert rec["quantize"]["gate"]["zero_shot_top1"] >= 0.99  # the same gate as every entry point: text term in
     assert rec["latency"]["fp32"]["n"] >= 8 and rec["latency"]["frame"] == "1920x1080 rgb8"
     md = (tmp_path / "ladder.md").read_text()
     assert "| tiny |" in md and "ladder --models tiny" in md and "AVX-512 VNNI" in md

@@ -29,11 +29,11 @@ def tiny_int8(tiny_model, tmp_path_factory):
 
     out = tmp_path_factory.mktemp("int8") / "tiny.int8.onnx"
     frames = [Frame.from_rgb(f) for f in pan_frames(16)]
-    report = quantize(
+    result = quantize(
         QuantOptions(fp32_model=tiny_model, calib=out, out=out, sensitivity=False, measure_memory=False), frames
     )
-    assert report["passed"], report
-    return out, report
+    assert result.passed, result.summary()
+    return out, result.as_dict()
 
 
 def _pixels(n: int = 4) -> np.ndarray:
@@ -86,7 +86,7 @@ def test_int8_gate_is_measured_on_each_runtime_and_written_into_the_model(tiny_i
     from openclaw_vision.quant.report import markdown
 
     md = markdown(report)
-    assert "| runtime | mean cos |" in md and "| openvino | " in md and "| onnxruntime | " in md
+    assert "| runtime | mean cosine |" in md and "| openvino | " in md and "| onnxruntime | " in md
     # what the report promises: these embeddings are the ones the openvino row scored
     ort = OnnxRuntimeEncoder(path, threads=1)
     x = _pixels(2)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +31,7 @@ from ..encoders.onnxruntime import session
 from ..models import onnx_files
 from ..phases import PhaseLog
 from . import calibrate, crossmodal, data, memory, partition, sensitivity
-from .evaluate import Evaluator, GateSpec, embed, worst
+from .evaluate import Evaluator, GateSpec, Metrics, embed, gate_summary, worst
 from .graph import quantisable_layers
 from .qdq import SCHEMES, build_probe_model, build_qdq_model, build_switch_model
 from .runtimes import installed_runtimes, stamp
@@ -96,6 +96,52 @@ class QuantOptions:
     partition_runtimes: tuple[str, ...] = ("onnxruntime",)  # the runtimes the partition's gate scores on
 
 
+@dataclass
+class QuantResult:
+    """What `quantize` returns, read by attribute (cli, build, report); `as_dict()` is report.json (stable keys).
+
+    The verdict and what every caller prints are fields; the report's other sections (calibration,
+    trials, sensitivity, memory...) travel in `sections` under their report.json keys."""
+
+    passed: bool
+    model: str
+    gate: GateSpec
+    worst: Metrics
+    kept_float: list[str]
+    layers: int
+    int8_model: str | None
+    size_mb: dict[str, float]
+    latency_b1_ms: dict[str, float]
+    phases: list[dict]
+    peak_rss_mb: float
+    seconds: float
+    sections: dict = field(default_factory=dict)
+
+    def summary(self) -> str:
+        """The gate in one line with its bounds, and how many layers stayed float: every pass/fail message."""
+        return f"{gate_summary(self.worst, self.gate)}, {len(self.kept_float)}/{self.layers} layers kept float"
+
+    def as_dict(self) -> dict:
+        w = self.worst
+        return {
+            "passed": self.passed,
+            "model": self.model,
+            "int8_model": self.int8_model,
+            "mean_cosine": round(w.mean_cosine, 7),
+            "min_cosine": round(w.min_cosine, 7),
+            "nn_agreement": round(w.nn_agreement, 4),
+            "kl": float(f"{w.kl:.4g}"),
+            "kept_float": self.kept_float,
+            "layers": self.layers,
+            "size_mb": self.size_mb,
+            "latency_b1_ms": self.latency_b1_ms,
+            "phases": self.phases,
+            "peak_rss_mb": self.peak_rss_mb,
+            "seconds": self.seconds,
+            **self.sections,
+        }
+
+
 def _progress():
     try:
         from tqdm import tqdm
@@ -127,8 +173,8 @@ def _latency_ms(sessions: dict, x: np.ndarray, budget_s: float = 20.0, rounds: i
     return {k: round(float(np.median(v)), 2) for k, v in times.items()}
 
 
-def quantize(opts: QuantOptions, frames=None) -> dict:
-    """Run the whole job and return the report dict (`report.write` saves it). See the module doc.
+def quantize(opts: QuantOptions, frames=None) -> QuantResult:
+    """Run the whole job and return its result (`report.write` saves it). See the module doc.
 
     `frames`: calibration frames already in memory (any iterable); `opts.calib` is then only their description.
     """
@@ -281,14 +327,11 @@ def quantize(opts: QuantOptions, frames=None) -> dict:
             elif opts.out.exists():
                 onnx_files.remove_model(opts.out)  # a stale model from an earlier passing run must not look current
 
-    return {
-        "passed": part.passed,
-        "model": meta.get("model_id", opts.fp32_model.stem),
+    sections = {
         "model_note": "random-init weights (no download): accuracy numbers describe this model, not real CLIP"
         if "random" in meta.get("model_id", "")
         else "checkpoint weights",
         "fp32_model": str(opts.fp32_model),
-        "int8_model": str(opts.out) if part.passed else None,
         "int8_files": int8_files if part.passed else [],
         "scheme": opts.scheme,
         "calibration": {
@@ -310,17 +353,12 @@ def quantize(opts: QuantOptions, frames=None) -> dict:
             "min_cosine": opts.gate.min_cosine,
             "nn_agreement": opts.gate.nn_agreement,
             "checks": [
-                {"name": c.name, "metric": c.metric, "requirement": c.requirement(), "value": getattr(w, c.metric)}
-                for c in opts.gate.checks()
+                {**asdict(c), "requirement": c.requirement(), "value": getattr(w, c.metric)} for c in opts.gate.checks()
             ],
             "zero_shot_top1": opts.gate.zero_shot_top1 if text_ref else None,
             "rows": [r.name for r in evaluator.rows],
             "resolutions": list(qdata.heldout),
         },
-        "mean_cosine": round(w.mean_cosine, 7),
-        "min_cosine": round(w.min_cosine, 7),
-        "nn_agreement": round(w.nn_agreement, 4),
-        "kl": float(f"{w.kl:.4g}"),
         "collapse": {
             "image": float(f"{w.collapse:.4g}"),
             "text": crossmodal.text_term(),
@@ -335,9 +373,7 @@ def quantize(opts: QuantOptions, frames=None) -> dict:
         },
         "per_resolution": {res: m.as_dict() for res, m in part.metrics.items()},
         "gate_by_runtime": by_runtime,
-        "layers": len(layers),
         "quantised": len(layers) - len(part.kept_float),
-        "kept_float": part.kept_float,
         "kept_float_labels": [next(x.label for x in layers if x.node == n) for n in part.kept_float],
         "float_by_construction": "LayerNormalization, Softmax, GELU, residual Add, attention QK^T and PV MatMuls",
         "max_float": max_float,
@@ -364,16 +400,26 @@ def quantize(opts: QuantOptions, frames=None) -> dict:
         )
         if local and sens
         else None,
-        "size_mb": {
+        "memory": mem,
+        "batch_invariance_max_abs": float(f"{np.abs(one - eight).max():.3g}"),
+        "fp32_seconds_per_image": round(fp32_s_per_image, 3),
+    }
+    return QuantResult(
+        passed=part.passed,
+        model=meta.get("model_id", opts.fp32_model.stem),
+        gate=opts.gate,
+        worst=w,
+        kept_float=part.kept_float,
+        layers=len(layers),
+        int8_model=str(opts.out) if part.passed else None,
+        size_mb={
             "fp32": round(fp32_bytes / 1e6, 2),
             "int8": round(int8_bytes / 1e6, 2),
             "cut_percent": round(100 * (1 - int8_bytes / fp32_bytes), 1),
         },
-        "memory": mem,
-        "batch_invariance_max_abs": float(f"{np.abs(one - eight).max():.3g}"),
-        "latency_b1_ms": latency,
-        "fp32_seconds_per_image": round(fp32_s_per_image, 3),
-        "phases": phases.as_list(),
-        "peak_rss_mb": phases.peak_rss_mb,
-        "seconds": round(time.perf_counter() - t0, 1),
-    }
+        latency_b1_ms=latency,
+        phases=phases.as_list(),
+        peak_rss_mb=phases.peak_rss_mb,
+        seconds=round(time.perf_counter() - t0, 1),
+        sections=sections,
+    )
