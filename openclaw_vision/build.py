@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from .errors import OpenclawError
 from .models.configs import canonical_name
 from .resources import default_model_path
 
@@ -18,7 +19,7 @@ log = logging.getLogger(__name__)
 SAMPLE_CALIBRATION_FRAMES = 64
 
 
-class BuildError(RuntimeError):
+class BuildError(OpenclawError, RuntimeError):
     """A default model could not be built (e.g. the INT8 model failed its accuracy gate)."""
 
 

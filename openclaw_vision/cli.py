@@ -95,8 +95,8 @@ def _terminate_as_exit():
 
 def cmd_quantize(args: argparse.Namespace) -> int:
     from .build import ensure_fp32, ensure_gate_text, int8_path_for
+    from .errors import OpenclawError
     from .models.configs import canonical_name
-    from .quant.data import CalibrationDataError
     from .quant.evaluate import GateSpec
     from .quant.pipeline import QuantOptions, quantize
     from .quant.report import write
@@ -132,7 +132,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
         )
         with _terminate_as_exit():
             result = quantize(opts)
-    except (CalibrationDataError, KeyError, ValueError, FileNotFoundError) as err:
+    except (OpenclawError, KeyError, ValueError, FileNotFoundError) as err:
         print(f"quantize: {err}", file=sys.stderr)
         return 2
     written = write(result, args.report)

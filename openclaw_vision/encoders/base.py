@@ -16,6 +16,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from ..errors import OpenclawError
 from ..numerics import l2_normalise  # noqa: F401 - the encoders' import of it
 
 
@@ -46,7 +47,7 @@ class ImageEncoder(Protocol):
         ...
 
 
-class EncoderError(RuntimeError):
+class EncoderError(OpenclawError, RuntimeError):
     """A model that cannot be loaded or an input it cannot take."""
 
 

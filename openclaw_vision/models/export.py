@@ -40,6 +40,7 @@ import numpy as np
 import onnx
 import torch
 
+from ..errors import OpenclawError
 from ..phases import PhaseLog
 from . import onnx_files
 from .checkpoint import build_model, build_text_model
@@ -73,7 +74,7 @@ class ExportResult:
     phases: list[dict] = field(default_factory=list)  # name, seconds, peak RSS (phases.PhaseLog)
 
 
-class ExportCheckError(RuntimeError):
+class ExportCheckError(OpenclawError, RuntimeError):
     """ONNX Runtime and PyTorch disagree on the exported graph."""
 
 

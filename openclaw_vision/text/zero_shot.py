@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import OpenclawError
 from ..numerics import l2_normalise, softmax
 
 #: CLIP's usual zero-shot prompt; "{}" alone uses the labels as they are.
@@ -25,11 +26,11 @@ DEFAULT_TEMPLATE = "a photo of a {}."
 MAX_LABELS = 1000
 
 
-class LabelError(ValueError):
+class LabelError(OpenclawError, ValueError):
     """A label set that cannot be used (empty, duplicated labels, unreadable file, bad template)."""
 
 
-class ModelMismatch(ValueError):
+class ModelMismatch(OpenclawError, ValueError):
     """Features and text embeddings from different models: their embeddings are not comparable."""
 
 
