@@ -88,7 +88,8 @@ class Check:
     def requirement(self) -> str:
         if self.bound is None:
             return "(reported)"
-        return f"{'>=' if self.higher_is_better else '<='} {self.bound}"
+        bound = f"{round(self.bound * 100, 6):g}%" if self.metric in PERCENT else self.bound
+        return f"{'>=' if self.higher_is_better else '<='} {bound}"
 
 
 @dataclass(frozen=True)
