@@ -153,7 +153,9 @@ def test_the_encoder_runs_an_external_data_model_and_names_a_missing_data_file(e
         OnnxRuntimeEncoder(lonely)
 
 
-def test_quantize_streams_an_external_data_model_into_an_external_data_int8_model(external_tiny, sample_bag, tmp_path):
+def test_quantize_streams_an_external_data_model_into_an_external_data_int8_model(
+    external_tiny, sample_bag, tmp_path, data_home
+):
     from openclaw_vision.quant.pipeline import QuantOptions, quantize
 
     out = tmp_path / "models" / "tiny.int8.onnx"

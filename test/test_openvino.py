@@ -21,8 +21,9 @@ pytestmark = pytest.mark.skipif(not usable()[0], reason=f"openvino not usable he
 
 
 @pytest.fixture(scope="module")
-def tiny_int8(tiny_model, tmp_path_factory):
-    """The tiny tower quantised by the real pipeline, gated on every installed runtime."""
+def tiny_int8(tiny_model, tiny_text_model, tmp_path_factory):
+    """The tiny tower quantised by the real pipeline, gated on every installed runtime, text term included
+    (its text tower named here: not whatever an earlier test left in the shared data home)."""
     from openclaw_vision.preprocess.frame import Frame
     from openclaw_vision.quant.pipeline import QuantOptions, quantize
     from openclaw_vision.sample_frames import pan_frames
@@ -30,7 +31,15 @@ def tiny_int8(tiny_model, tmp_path_factory):
     out = tmp_path_factory.mktemp("int8") / "tiny.int8.onnx"
     frames = [Frame.from_rgb(f) for f in pan_frames(16)]
     result = quantize(
-        QuantOptions(fp32_model=tiny_model, calib=out, out=out, sensitivity=False, measure_memory=False), frames
+        QuantOptions(
+            fp32_model=tiny_model,
+            calib=out,
+            out=out,
+            sensitivity=False,
+            measure_memory=False,
+            text_model=tiny_text_model,
+        ),
+        frames,
     )
     assert result.passed, result.summary()
     return out, result.as_dict()
