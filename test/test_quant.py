@@ -249,6 +249,10 @@ def test_quantize_command_writes_a_gated_model_and_its_report(tiny_model, sample
     for f in ("report.md", "sensitivity.png"):
         assert (report / f).stat().st_size > 0
     assert "PASSED" in (report / "report.md").read_text()
+    from openclaw_vision.quant.pipeline import QuantResult
+
+    saved = QuantResult.load(report / "report.json")  # what the ladder reads back from its child
+    assert saved.as_dict() == r and saved.passed and saved.summary() in res.stdout
     # the data home's text tower of the same model id gives the gate its text term, unasked
     assert r["zero_shot"]["top1_agreement"] >= r["gate"]["zero_shot_top1"] and "zero-shot agreement" in res.stdout
     # the model runs in the node's encoder and says what it is

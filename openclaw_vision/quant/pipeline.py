@@ -102,6 +102,10 @@ class QuantOptions:
     partition_runtimes: tuple[str, ...] = ("onnxruntime",)  # the runtimes the partition's gate scores on
 
 
+#: report.json keys that are the rounded worst metrics (`as_dict` writes them from `worst`).
+_WORST_KEYS = ("mean_cosine", "min_cosine", "nn_agreement", "kl")
+
+
 @dataclass
 class QuantResult:
     """What `quantize` returns, read by attribute (cli, build, report); `as_dict()` is report.json (stable keys).
@@ -126,6 +130,19 @@ class QuantResult:
     def summary(self) -> str:
         """The gate in one line with its bounds, and how many layers stayed float: every pass/fail message."""
         return f"{gate_summary(self.worst, self.gate)}, {len(self.kept_float)}/{self.layers} layers kept float"
+
+    @classmethod
+    def load(cls, report_json: Path) -> QuantResult:
+        """The result a `quantize` run (often another process: the ladder's child) saved as report.json."""
+        r = json.loads(Path(report_json).read_text())
+        checks = r["gate"]["checks"]
+        own = {f for f in cls.__dataclass_fields__ if f not in ("gate", "worst", "sections")}
+        return cls(
+            **{k: r[k] for k in own},
+            gate=GateSpec(**{c["metric"]: c["bound"] for c in checks if c["bound"] is not None}),
+            worst=Metrics(**{c["metric"]: c["value"] for c in checks}),
+            sections={k: v for k, v in r.items() if k not in own and k not in _WORST_KEYS},
+        )
 
     def as_dict(self) -> dict:
         w = self.worst
