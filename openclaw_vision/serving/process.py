@@ -16,8 +16,10 @@ import threading
 import time
 from pathlib import Path
 
+from ..errors import OpenclawError
 
-class ServerError(RuntimeError):
+
+class ServerError(OpenclawError, RuntimeError):
     """The server did not come up (its log's tail says why)."""
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from ..encoders.base import ModelInfo
 from ..encoders.triton import model_name, model_parameters, read_local_info
+from ..errors import OpenclawError
 
 #: ONNX TensorProto element types → Triton's
 ONNX_TO_TRITON = {1: "TYPE_FP32", 10: "TYPE_FP16", 7: "TYPE_INT64", 6: "TYPE_INT32", 3: "TYPE_INT8", 2: "TYPE_UINT8"}
@@ -51,7 +52,7 @@ DEFAULT_MAX_BATCH = 8
 DEFAULT_QUEUE_DELAY_US = 500
 
 
-class RepoError(RuntimeError):
+class RepoError(OpenclawError, RuntimeError):
     """A repository that cannot be written as asked."""
 
 
