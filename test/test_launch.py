@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from openclaw_vision.config import EncoderConfig, VlmConfig, ZeroShotConfig
+from openclaw_vision.config import EncoderConfig, LabelsConfig, VlmConfig
 from openclaw_vision.ros.launch_args import (
     ENCODER_ARGUMENTS,
     LABELS_ARGUMENTS,
@@ -67,7 +67,7 @@ def launch(monkeypatch, tmp_path):
 NODE_CONFIGS = {
     "encoder_node": (EncoderConfig, "encoder.yaml"),
     "vlm_node": (VlmConfig, "vlm.yaml"),
-    "zero_shot_node": (ZeroShotConfig, "labels.yaml"),
+    "labels_node": (LabelsConfig, "labels.yaml"),
 }
 
 
@@ -106,9 +106,9 @@ def test_defaults_come_from_the_shipped_files_and_arguments_reach_both_nodes_typ
 
 def test_the_labels_node_gets_the_encoders_model_and_labels_stay_text(launch):
     nodes = launch(enable_labels="true", model="tiny", labels="yes,1,door", features_topic="/f")
-    assert [nodes[n][0] for n in nodes] == ["encoder_node", "zero_shot_node"]
-    labels = _config(nodes["zero_shot_node"], "zero_shot_node")
-    assert labels == ZeroShotConfig(model="tiny", labels="yes,1,door", features_topic="/f")
+    assert [nodes[n][0] for n in nodes] == ["encoder_node", "labels_node"]
+    labels = _config(nodes["labels_node"], "labels_node")
+    assert labels == LabelsConfig(model="tiny", labels="yes,1,door", features_topic="/f")
     assert _config(nodes["encoder_node"], "encoder_node").model == "tiny"  # both towers of one model
 
 
@@ -126,7 +126,7 @@ def test_only_set_arguments_become_parameters_typed_as_launch_ros_types_them():
 def test_every_overriding_argument_is_a_parameter_of_the_node_it_goes_to():
     assert set(ENCODER_ARGUMENTS) <= set(EncoderConfig.params())
     assert set(VLM_ARGUMENTS) <= set(VlmConfig.params())
-    assert set(LABELS_ARGUMENTS) <= set(ZeroShotConfig.params())
+    assert set(LABELS_ARGUMENTS) <= set(LabelsConfig.params())
 
 
 def test_the_launch_file_helpers_import_without_ros_or_numpy():

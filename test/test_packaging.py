@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from openclaw_vision.config import EncoderConfig, VlmConfig, ZeroShotConfig
+from openclaw_vision.config import EncoderConfig, LabelsConfig, VlmConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -218,7 +218,7 @@ def test_launch_file_declares_each_override_unset_and_starts_the_installed_execu
     assert ENCODER_ARGUMENTS and VLM_ARGUMENTS and LABELS_ARGUMENTS
     executables = {node.args[0].value for node in ast.walk(tree) if isinstance(node, ast.Call)
                    and getattr(node.func, "id", "") == "_node"}  # fmt: skip
-    assert executables == {"encoder_node", "vlm_node", "zero_shot_node"}
+    assert executables == {"encoder_node", "vlm_node", "labels_node"}
     cmake = (ROOT / "CMakeLists.txt").read_text()
     for exe in executables:  # installed where launch_ros looks: lib/<package>/<executable>
         assert (ROOT / "scripts" / exe).is_file() and f"scripts/{exe}" in cmake
@@ -231,11 +231,11 @@ def test_shipped_config_files_hold_the_node_defaults():
 
     assert read_params_file(ROOT / "config" / "encoder.yaml", "encoder_node") == EncoderConfig().as_dict()
     assert read_params_file(ROOT / "config" / "vlm.yaml", "vlm_node") == VlmConfig().as_dict()
-    assert read_params_file(ROOT / "config" / "labels.yaml", "zero_shot_node") == ZeroShotConfig().as_dict()
+    assert read_params_file(ROOT / "config" / "labels.yaml", "labels_node") == LabelsConfig().as_dict()
 
 
 @pytest.mark.parametrize(
-    ("name", "cls"), [("encoder.yaml", EncoderConfig), ("vlm.yaml", VlmConfig), ("labels.yaml", ZeroShotConfig)]
+    ("name", "cls"), [("encoder.yaml", EncoderConfig), ("vlm.yaml", VlmConfig), ("labels.yaml", LabelsConfig)]
 )
 def test_each_yaml_comment_is_the_parameters_description(name, cls):
     """One source: config.Param's description is the YAML comment and the ROS descriptor's text."""

@@ -35,9 +35,9 @@ from .diagnostics import OK, WARN, diagnostic_array, stage_values
 from .runner import Throttle, every, node_main
 from .transport import DEFAULT, DIAGNOSTIC_ARRAY, STRING, VISUAL_FEATURES, QoS, Transport
 
-log = logging.getLogger("zero_shot_node")
+log = logging.getLogger("labels_node")
 
-NODE_NAME = "zero_shot_node"
+NODE_NAME = "labels_node"
 STATUS_NAME = f"{NODE_NAME}: labels"
 VISUAL_LABELS = "openclaw_vision/msg/VisualLabels"
 STAGES = ("deserialize", "score", "publish")
@@ -46,8 +46,8 @@ COUNTS = ("received", "labelled", "mismatched", "rejected", "failed", "label_set
 LIVE = ("labels", "labels_file", "template")
 
 
-class ZeroShotNode:
-    def __init__(self, cfg: cfgmod.ZeroShotConfig, transport: Transport, text_encoder) -> None:
+class LabelsNode:
+    def __init__(self, cfg: cfgmod.LabelsConfig, transport: Transport, text_encoder) -> None:
         from ..text.zero_shot import LabelSet
 
         self.cfg, self.transport, self.text = cfg, transport, text_encoder
@@ -74,7 +74,7 @@ class ZeroShotNode:
         labels = read_labels_file(file) if file else parse_labels(str(params["labels"]))
         return LabelSet.build(self.text, labels, str(params["template"]))
 
-    def reconfigure(self, changes: dict[str, Any]) -> cfgmod.ZeroShotConfig:
+    def reconfigure(self, changes: dict[str, Any]) -> cfgmod.LabelsConfig:
         """Apply run-time parameter changes: a new label set, embedded now, used from the next frame.
 
         The runner's protocol (rclpy's on-set-parameters callback, `ros2 param set`): a
@@ -84,7 +84,7 @@ class ZeroShotNode:
         the same change seen twice is not embedded twice)."""
         from ..text.zero_shot import LabelError
 
-        own = set(cfgmod.ZeroShotConfig().as_dict())
+        own = set(cfgmod.LabelsConfig().as_dict())
         fixed = sorted(k for k in changes if k in own and k not in LIVE)
         if fixed:
             raise cfgmod.ConfigError(f"parameter(s) {', '.join(fixed)} read-only (used at start): restart the node")
@@ -145,7 +145,7 @@ class ZeroShotNode:
             fa = self.transport.float_array
             self._labels.publish(
                 self.transport.msg(VISUAL_LABELS)(
-                    header=msg.header, model_id=model, labels=list(current.labels), template=current.template,
+                    header=msg.header, model_id=model, labels=list(current.labels), prompt_template=current.template,
                     scores=fa(scores), similarities=fa(cos), logit_scale=current.logit_scale,
                     top_label=current.labels[top], top_score=float(scores[top]),
                 )
@@ -189,7 +189,7 @@ class ZeroShotNode:
     def _report(self) -> None:
         every(self.cfg.diagnostics_period, self._stop, self.publish_diagnostics, log)
 
-    def start(self) -> ZeroShotNode:
+    def start(self) -> LabelsNode:
         self._thread.start()
         log.info(
             "ready: %s -> %s, model %s, %d labels (%s), transport %s",
@@ -217,11 +217,11 @@ def _mismatch_text(features_model: str, text_model: str) -> str:
     return ""
 
 
-class ZeroShotLoadError(RuntimeError):
+class LabelsLoadError(RuntimeError):
     """The text model, the tokenizer's merges file or the initial label set could not be used."""
 
 
-def _build(cfg: cfgmod.ZeroShotConfig, transport: Transport) -> ZeroShotNode:
+def _build(cfg: cfgmod.LabelsConfig, transport: Transport) -> LabelsNode:
     from ..encoders.base import EncoderError
     from ..text.build import default_text_model_path
     from ..text.encoder import TextEncoder
@@ -231,15 +231,15 @@ def _build(cfg: cfgmod.ZeroShotConfig, transport: Transport) -> ZeroShotNode:
     path = Path(cfg.text_model_path) if cfg.text_model_path else default_text_model_path(cfg.model)
     try:
         text = TextEncoder(path, cfg.threads, cfg.bpe_path or None)
-        return ZeroShotNode(cfg, transport, text)
+        return LabelsNode(cfg, transport, text)
     except (EncoderError, TokenizerError, LabelError) as err:
-        raise ZeroShotLoadError(f"cannot start the labels node: {err}") from err
+        raise LabelsLoadError(f"cannot start the labels node: {err}") from err
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    return node_main(argv, "openclaw-vision zero-shot", NODE_NAME, cfgmod.ZeroShotConfig, "labels.yaml", COUNTS,
-                     _build, (ZeroShotLoadError,), log)  # fmt: skip
+    return node_main(argv, "openclaw-vision labels", NODE_NAME, cfgmod.LabelsConfig, "labels.yaml", COUNTS,
+                     _build, (LabelsLoadError,), log)  # fmt: skip
 
 
 if __name__ == "__main__":
