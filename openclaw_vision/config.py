@@ -118,13 +118,17 @@ class NodeConfig:
     def updated(self, changes: Mapping[str, Any]):
         """This configuration with `changes` made while the node runs, validated; a key that is not
         `runtime` is refused with the reason (it is read only after start)."""
+        self.check_runtime(changes)
+        return type(self).from_dict({**self.as_dict(), **changes}).validate()
+
+    def check_runtime(self, changes: Mapping[str, Any]) -> None:
+        """A ConfigError unless every key of `changes` is this node's and may change while it runs."""
         unknown = sorted(set(changes) - set(self.params()))
         if unknown:
             raise ConfigError(f"unknown parameter(s): {', '.join(unknown)}")
         fixed = [key for key in changes if not self.params()[key].runtime]
         if fixed:
             raise ConfigError(f"parameter(s) {', '.join(fixed)} read-only (used at start): restart the node to change")
-        return type(self).from_dict({**self.as_dict(), **changes}).validate()
 
     def _check_params(self) -> None:
         for key, spec in self.params().items():

@@ -75,32 +75,34 @@ class LabelsNode:
         return LabelSet.build(self.text, labels, str(params["template"]))
 
     def reconfigure(self, changes: dict[str, Any]) -> cfgmod.LabelsConfig:
-        """Apply run-time parameter changes: a new label set, embedded now, used from the next frame.
+        """Apply run-time parameter changes: a new label set, embedded now, used from the next frame;
+        diagnostics_period from the next report.
 
         The runner's protocol (rclpy's on-set-parameters callback, `ros2 param set`): a
-        ConfigError refuses the change with its reason and changes nothing. Only the label keys
-        change at run time; this node's other keys are read at start. Keys that are not this
-        node's (use_sim_time) are ignored. Values equal to the current ones change nothing (so
-        the same change seen twice is not embedded twice)."""
+        ConfigError refuses the change with its reason and changes nothing. Which keys change at
+        run time is the config's (`Param.runtime`, as the ROS descriptors say); a label set that
+        cannot be used is counted as refused. Keys that are not this node's (use_sim_time) are
+        ignored. Label values equal to the current ones embed nothing (so the same change seen
+        twice is not embedded twice)."""
         from ..text.zero_shot import LabelError
 
-        own = set(cfgmod.LabelsConfig().as_dict())
-        fixed = sorted(k for k in changes if k in own and k not in LIVE)
-        if fixed:
-            raise cfgmod.ConfigError(f"parameter(s) {', '.join(fixed)} read-only (used at start): restart the node")
+        changes = {k: v for k, v in changes.items() if k in self.cfg.params()}
+        self.cfg.check_runtime(changes)  # a read-only key: refused, nothing counted
         with self._change:
-            live = {k: v for k, v in changes.items() if k in LIVE}
-            if all(self._params[k] == v for k, v in live.items()):
-                return self.cfg
-            params = {**self._params, **live}
+            live = {**self._params, **{k: v for k, v in changes.items() if k in LIVE}}
             try:
-                cfg = cfgmod.replace(self.cfg, **params).validate()
-                new = self._label_set(params)
+                cfg = self.cfg.updated(changes)
+                new = self._label_set(live) if live != self._params else None
             except (cfgmod.ConfigError, LabelError, ValueError) as err:
+                if not set(changes) & set(LIVE):
+                    raise
                 self.counters.inc("label_sets_refused")
                 log.warning("label set refused, keeping %d labels: %s", len(self._current.labels), err)
                 raise cfgmod.ConfigError(str(err)) from None
-            self.cfg, self._params, self._current = cfg, params, new
+            self.cfg = cfg
+            if new is None:
+                return cfg
+            self._params, self._current = live, new
         self.counters.inc("label_sets")
         log.info("label set: %s (template %r)", ", ".join(new.labels), new.template)
         return cfg
@@ -187,7 +189,7 @@ class LabelsNode:
         self._diag.publish(diagnostic_array(self.transport, STATUS_NAME, level, text, values))
 
     def _report(self) -> None:
-        every(self.cfg.diagnostics_period, self._stop, self.publish_diagnostics, log)
+        every(lambda: self.cfg.diagnostics_period, self._stop, self.publish_diagnostics, log)
 
     def start(self) -> LabelsNode:
         self._thread.start()

@@ -1,6 +1,13 @@
-"""Each node under rclpy, started the way a robot starts it (`ros2 run`), seen with the ros2 tools
-(/diagnostics), and stopped the way a robot stops it (SIGINT from a terminal, SIGTERM from a
-supervisor): exit 0 within 2 s with its final counts logged, no abort, nothing left running."""
+"""Each node under rclpy on a real Humble, started as a robot starts it (`ros2 run`), seen and changed
+with the ros2 tools, and stopped as a robot stops it (SIGINT from a terminal, SIGTERM from a supervisor).
+
+- `ros2 topic echo --once /diagnostics`: the node's status.
+- `ros2 param describe/get/set`: a run-time key applies (the node logs that it took it), a read-only
+  key is refused with rclpy's reason, a value of the wrong type with ours.
+- `ros2 param dump` is a parameters file: `--params-file` of it starts the node with the same values.
+- SIGINT (the first run) and SIGTERM (the run from the dump): exit 0 within 2 s with the final counts
+  logged, no abort, nothing left in the process's session.
+"""
 
 from __future__ import annotations
 
@@ -8,20 +15,35 @@ import signal
 import time
 
 import pytest
+import yaml
 from support.humble import PACKAGE, exit_status, ros_args
 
-NODES = ("encoder_node", "labels_node", "vlm_node")
 #: the status each node publishes on /diagnostics (diagnostic_updater's "<node>: <task>")
-STATUS = {
-    "encoder_node": "encoder_node: pipeline", "labels_node": "labels_node: labels", "vlm_node": "vlm_node: pipeline",
-}
-#: the line node_main logs once the node runs (runner.watch_parameters)
-RUNNING = "parameters: "
+TASKS = {"encoder_node": "pipeline", "labels_node": "labels", "vlm_node": "pipeline"}
+STATUS = {node: f"{node}: {task}" for node, task in TASKS.items()}
+#: per node: (run-time key, value, what `ros2 param get` then prints, the node's log line),
+#: (read-only key, value), (key, a value of the wrong type, the reason in the refusal)
+CASES = {
+    "encoder_node": (("depth", "3", "Integer value is: 3", "parameters changed: depth=3"), ("backend", "onnxruntime"),
+                     ("depth", "deep", "parameter depth='deep': expected int")),
+    "labels_node": (("labels", "stairs,pallet", "String value is: stairs,pallet", "label set: stairs, pallet"),
+                    ("threads", "2"), ("diagnostics_period", "slow", "diagnostics_period='slow': expected float")),
+    "vlm_node": (("temperature", "0.5", "Double value is: 0.5", "parameters changed: temperature=0.5"), ("seed", "3"),
+                 ("max_new_tokens", "many", "parameter max_new_tokens='many': expected int")),
+}  # fmt: skip
 STOP_S = 2.0
 
 
-def stopped_cleanly(proc, node_pid: int, sig: int) -> tuple[int | None, float]:
-    """Send `sig` to the group; (the node's exit code, seconds from the signal to its exit)."""
+def start(ros2, node: str, args: list[str]):
+    proc = ros2.start("ros2", "run", PACKAGE, node, *args)
+    proc.wait_for("parameters: ", timeout=90)  # runner.watch_parameters: the node runs
+    assert "transport: rclpy" in proc.output()
+    return proc
+
+
+def stop(proc, sig: int) -> None:
+    """Send `sig` to the group: the node exits 0 within STOP_S, its counts logged, nothing left behind."""
+    [node_pid] = proc.children()
     t0 = time.monotonic()
     proc.send(sig)
     leader = proc.wait(10)
@@ -32,25 +54,45 @@ def stopped_cleanly(proc, node_pid: int, sig: int) -> tuple[int | None, float]:
         # the same signal from the group, is adopted by this process (support.humble.become_subreaper)
         assert leader == -signal.SIGTERM, leader
         code = exit_status(node_pid, 10)
-    return code, time.monotonic() - t0
-
-
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-@pytest.mark.parametrize("node", NODES)
-def test_ros2_run_diagnostics_and_stop(ros2, node_params, node, sig):
-    proc = ros2.start("ros2", "run", PACKAGE, node, *ros_args(node_params[node]))
-    proc.wait_for(RUNNING, timeout=90)
-    assert "transport: rclpy" in proc.output()
-    [node_pid] = proc.children()
-
-    echo = ros2.run("ros2", "topic", "echo", "--once", "/diagnostics", timeout=30).stdout
-    assert f"name: '{STATUS[node]}'" in echo or f"name: {STATUS[node]}" in echo, echo
-    assert "hardware_id: none" in echo
-
-    code, took = stopped_cleanly(proc, node_pid, sig)
+    took = time.monotonic() - t0
     out = proc.output()
-    assert code == 0, f"{node} exited {code} on {signal.Signals(sig).name}:\n{out[-3000:]}"
-    assert took <= STOP_S, f"{node} took {took:.2f} s to stop"
+    assert code == 0, f"exit {code} on {signal.Signals(sig).name}:\n{out[-3000:]}"
+    assert took <= STOP_S, f"{took:.2f} s to stop"
     assert "stopped: {" in out, out[-3000:]
     assert "terminate called" not in out and "Traceback" not in out, out[-3000:]
     assert proc.members() == [], "processes left in the session"
+
+
+@pytest.mark.parametrize("node", sorted(CASES))
+def test_node_under_ros2_run(ros2, node_params, node, tmp_path):
+    (key, value, shown, logged), (fixed, fixed_value), (typed, wrong, why) = CASES[node]
+    name = f"/{node}"
+    proc = start(ros2, node, ros_args(node_params[node]))
+
+    echo = ros2.run("ros2", "topic", "echo", "--once", "/diagnostics", timeout=30).stdout
+    assert f"name: '{STATUS[node]}'" in echo or f"name: {STATUS[node]}" in echo, echo
+
+    described = ros2.run("ros2", "param", "describe", name, key, fixed).stdout
+    runtime_part, fixed_part = described.split(f"Parameter name: {fixed}")
+    assert f"Parameter name: {key}" in runtime_part and "Description: " in runtime_part
+    assert "Read only: true" not in runtime_part and "Read only: true" in fixed_part, described
+
+    before = ros2.run("ros2", "param", "get", name, key).stdout.strip()
+    out = ros2.run("ros2", "param", "set", name, key, value).stdout
+    assert "Set parameter successful" in out, out
+    assert ros2.run("ros2", "param", "get", name, key).stdout.strip() == shown != before
+    proc.wait_for(logged, timeout=30)  # the node took it, not only rclpy's parameter store
+    out = ros2.run("ros2", "param", "set", name, fixed, fixed_value).stdout
+    assert f"Setting parameter failed: Trying to set a read-only parameter: {fixed}." in out, out
+    out = ros2.run("ros2", "param", "set", name, typed, wrong).stdout
+    assert "Setting parameter failed" in out and why in out, out
+
+    dumped = ros2.run("ros2", "param", "dump", name).stdout
+    params = yaml.safe_load(dumped)[name]["ros__parameters"]
+    assert str(params[key]) == value and params[typed] != wrong
+    stop(proc, signal.SIGINT)
+
+    (tmp_path / "dump.yaml").write_text(dumped)
+    again = start(ros2, node, ["--ros-args", "--params-file", str(tmp_path / "dump.yaml")])
+    assert yaml.safe_load(ros2.run("ros2", "param", "dump", name).stdout)[name]["ros__parameters"] == params
+    stop(again, signal.SIGTERM)
