@@ -133,44 +133,6 @@ def test_label_parameters_change_the_set_and_the_others_are_read_at_start(dds_do
         t.close()
 
 
-def test_a_label_set_from_the_topic_goes_through_rclpy_parameters_all_at_once(monkeypatch):
-    """On rclpy the set-labels topic sets `labels` and `labels_file` together through the parameters
-    (so `ros2 param get` tells the truth): one on-set callback call for both, a refusal reported back.
-    Against test/fake_ros, the Humble rclpy surface (set_parameters_atomically, on-set callbacks)."""
-    import sys
-    from pathlib import Path
-
-    from openclaw_vision.config import ConfigError, LabelsConfig
-
-    fake = str(Path(__file__).parent / "fake_ros")
-    forget = [m for m in sys.modules if m.split(".")[0] in ("rclpy", "rcl_interfaces")]
-    for name in forget:
-        monkeypatch.delitem(sys.modules, name)
-    monkeypatch.syspath_prepend(fake)
-    from openclaw_vision.ros.rclpy_transport import RclpyTransport
-
-    t = RclpyTransport("labels_node", ["prog"])
-    try:
-        t.declare_parameters(LabelsConfig())
-        seen = []
-
-        def apply(values):
-            seen.append(values)
-            if values.get("labels") == "x":
-                raise ConfigError("no such label set")
-
-        t.on_parameters_set(apply)
-        assert t.set_parameters({"labels": "door", "labels_file": ""}) is None
-        assert seen == [{"labels": "door", "labels_file": ""}]  # one call for the whole set
-        assert t.node.get_parameter("labels").value == "door"
-        assert t.set_parameters({"labels": "x"}) == "no such label set"
-        assert t.node.get_parameter("labels").value == "door"  # refused: nothing changed
-    finally:
-        t.close()
-        for name in [m for m in sys.modules if m.split(".")[0] in ("rclpy", "rcl_interfaces")]:
-            del sys.modules[name]
-
-
 def test_labels_node_refuses_a_bad_configuration_and_a_missing_text_model(dds_domain, tmp_path):
     node = NodeProcess(["--template", "no placeholder", "--transport", "cyclonedds"], log_path=tmp_path / "a.log",
                        node="labels")  # fmt: skip

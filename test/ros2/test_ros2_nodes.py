@@ -34,6 +34,31 @@ CASES = {
 STOP_S = 2.0
 
 
+def encoder_resubscribes(ros2, proc) -> None:
+    """depth is QoS: the image subscription was made again with the new depth (as the graph shows it)."""
+    info = ros2.run("ros2", "topic", "info", "-v", "/camera/image_raw").stdout
+    assert "Node name: encoder_node" in info and "KEEP_LAST (3)" in info, info
+
+
+def labels_from_the_topic(ros2, proc) -> None:
+    """A label set on set_labels_topic goes through the parameters: `ros2 param get` tells the truth."""
+    ros2.run("ros2", "topic", "pub", "--once", "-w", "1", "/labels_node/set_labels", "std_msgs/msg/String",
+             "{data: 'cat,dog'}")  # fmt: skip
+    proc.wait_for("label set: cat, dog", timeout=30)
+    assert ros2.run("ros2", "param", "get", "/labels_node", "labels").stdout.strip() == "String value is: cat,dog"
+
+
+def vlm_takes_an_int_for_a_float(ros2, proc) -> None:
+    """`ros2 param set … top_p 1` (YAML: an int) for a float key is taken, as in a parameters file."""
+    assert "Set parameter successful" in ros2.run("ros2", "param", "set", "/vlm_node", "top_p", "1").stdout
+    proc.wait_for("parameters changed: top_p=1", timeout=30)
+
+
+#: one more thing per node that a user of that node would notice
+EXTRA = {"encoder_node": encoder_resubscribes, "labels_node": labels_from_the_topic}
+EXTRA["vlm_node"] = vlm_takes_an_int_for_a_float
+
+
 def start(ros2, node: str, args: list[str]):
     proc = ros2.start("ros2", "run", PACKAGE, node, *args)
     proc.wait_for("parameters: ", timeout=90)  # runner.watch_parameters: the node runs
@@ -90,9 +115,21 @@ def test_node_under_ros2_run(ros2, node_params, node, tmp_path):
     dumped = ros2.run("ros2", "param", "dump", name).stdout
     params = yaml.safe_load(dumped)[name]["ros__parameters"]
     assert str(params[key]) == value and params[typed] != wrong
+    EXTRA[node](ros2, proc)
     stop(proc, signal.SIGINT)
 
     (tmp_path / "dump.yaml").write_text(dumped)
     again = start(ros2, node, ["--ros-args", "--params-file", str(tmp_path / "dump.yaml")])
     assert yaml.safe_load(ros2.run("ros2", "param", "dump", name).stdout)[name]["ros__parameters"] == params
     stop(again, signal.SIGTERM)
+
+
+def test_a_bad_value_at_start_is_one_line_and_exit_2(ros2, node_params):
+    """`ros2 run … --ros-args -p depth:=2.5`: the same one-line configuration error as on the pip path."""
+    out = ros2.run("ros2", "run", PACKAGE, "encoder_node", *ros_args({**node_params["encoder_node"], "depth": "2.5"}),
+                   check=False, timeout=60)  # fmt: skip
+    assert out.returncode == 2, out.stdout
+    assert out.stdout.strip().splitlines()[-2:] == [
+        "encoder_node: configuration error: parameter depth=2.5: expected int",
+        "[ros2run]: Process exited with failure 2",
+    ]

@@ -228,12 +228,15 @@ def session_members(sid: int) -> list[int]:
 #: `ros2 <verb> <sub>` commands that would otherwise spawn the ros2 daemon (ros2cli/node/strategy.py:
 #: NodeStrategy calls spawn_daemon, which daemonizes into a session of its own, outliving the test)
 DAEMON_VERBS = ("param", "topic", "node", "service", "action")
+#: of those, the ones that make a node of their own and take no --no-daemon
+DIRECT_ONLY = (("topic", "pub"),)
 
 
 def no_daemon(cmd: tuple[str, ...]) -> list[str]:
     """`cmd` with --no-daemon after `ros2 <verb> <sub>` where that verb would start the daemon."""
     cmd = list(cmd)
-    if len(cmd) >= 3 and cmd[0] == "ros2" and cmd[1] in DAEMON_VERBS and "--no-daemon" not in cmd:
+    if (len(cmd) >= 3 and cmd[0] == "ros2" and cmd[1] in DAEMON_VERBS and "--no-daemon" not in cmd
+            and tuple(cmd[1:3]) not in DIRECT_ONLY):  # fmt: skip
         cmd.insert(3, "--no-daemon")
     return cmd
 
