@@ -1,74 +1,67 @@
-"""A bare rclpy subscriber that counts what arrives, for the `ros2` tier and the loss measurements.
+"""A plain rclpy client of the nodes, run by the `ros2` tier inside the robot environment (robot venv,
+Humble and the colcon install sourced): what a user's own rclpy code would do. Prints one JSON line.
 
-    python3 rclpy_probe.py OUT.json --type sensor_msgs/msg/Image --topic /camera/image_raw
-                           [--qos sensor|reliable] [--depth N] [--seconds 20] [--count N]
-
-Prints 'ready' once subscribed, then records the header (sec, nanosec, frame_id) of every message
-(plus `model_id` and the vector length for VisualFeatures) until `--count` messages or `--seconds`
-have passed, or SIGINT/SIGTERM, and writes OUT.json with them and the `message_lost` events the
-RMW raised (rclpy's QoS event; Cyclone raises it from its sample-lost status).
+    python3 rclpy_probe.py ask --dim 768 --prompt "Is the door open?"
+        publish VisualFeatures of that width on /visual_features, then the question on /vlm/prompt,
+        until a VlmAnswer comes back on /vlm/answer (or --timeout): {"answer": {...}} or {"timeout": …}
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
-import signal
 import sys
-import threading
 import time
-from pathlib import Path
+
+
+def ask(args) -> dict:
+    import rclpy
+    from openclaw_vision.msg import VisualFeatures, VlmAnswer
+    from std_msgs.msg import String
+
+    rclpy.init()
+    node = rclpy.create_node("rclpy_probe")
+    got: list = []
+    node.create_subscription(VlmAnswer, args.answer_topic, got.append, 10)
+    features = node.create_publisher(VisualFeatures, args.features_topic, 10)
+    prompts = node.create_publisher(String, args.prompt_topic, 10)
+    emb = [1.0 / args.dim**0.5] * args.dim
+    deadline = time.monotonic() + args.timeout
+    sent = 0
+    try:
+        while not got and time.monotonic() < deadline:
+            if features.get_subscription_count() and prompts.get_subscription_count():
+                msg = VisualFeatures(model_id="probe", dim=args.dim, embedding=emb)
+                msg.header.frame_id = f"probe-{args.dim}-{sent}"
+                features.publish(msg)
+                rclpy.spin_once(node, timeout_sec=0.3)  # the features first, then the question about them
+                prompts.publish(String(data=args.prompt))
+                sent += 1
+            end = time.monotonic() + 2.0
+            while not got and time.monotonic() < min(end, deadline):
+                rclpy.spin_once(node, timeout_sec=0.1)
+        if not got:
+            return {"timeout": args.timeout, "sent": sent}
+        a = got[0]
+        return {"answer": {"frame_id": a.header.frame_id, "prompt": a.prompt, "answer": a.answer,
+                           "features_model_id": a.features_model_id, "answer_tokens": a.answer_tokens}, "sent": sent}
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
 
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("out", type=Path)
-    p.add_argument("--type", default="sensor_msgs/msg/Image")
-    p.add_argument("--topic", default="/camera/image_raw")
-    p.add_argument("--qos", choices=("sensor", "reliable"), default="reliable")
-    p.add_argument("--depth", type=int, default=0, help="history depth (0: the profile's)")
-    p.add_argument("--seconds", type=float, default=20.0)
-    p.add_argument("--count", type=int, default=0)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    a = sub.add_parser("ask")
+    a.add_argument("--dim", type=int, required=True)
+    a.add_argument("--prompt", default="Is the door open?")
+    a.add_argument("--features-topic", default="/visual_features")
+    a.add_argument("--prompt-topic", default="/vlm/prompt")
+    a.add_argument("--answer-topic", default="/vlm/answer")
+    a.add_argument("--timeout", type=float, default=30.0)
     args = p.parse_args(argv)
-
-    import rclpy
-    from rclpy.qos import qos_profile_sensor_data, qos_profile_system_default
-    from rclpy.qos_event import SubscriptionEventCallbacks
-
-    pkg, kind, name = args.type.split("/")
-    cls = getattr(importlib.import_module(f"{pkg}.{kind}"), name)
-    qos = qos_profile_sensor_data if args.qos == "sensor" else qos_profile_system_default
-    if args.depth:
-        from rclpy.qos import QoSProfile
-
-        qos = QoSProfile(reliability=qos.reliability, history=qos.history, depth=args.depth, durability=qos.durability)
-    got, lost, arrived = [], [], []
-    done = threading.Event()
-
-    def on_msg(msg) -> None:
-        h = msg.header
-        row = [h.stamp.sec, h.stamp.nanosec, h.frame_id]
-        if hasattr(msg, "model_id"):
-            row += [msg.model_id, len(msg.embedding) if hasattr(msg, "embedding") else None]
-        got.append(row)
-        arrived.append(time.time_ns())
-        if args.count and len(got) >= args.count:
-            done.set()
-
-    rclpy.init()
-    node = rclpy.create_node("rclpy_probe")
-    events = SubscriptionEventCallbacks(message_lost=lambda info: lost.append(int(info.total_count_change)))
-    node.create_subscription(cls, args.topic, on_msg, qos, event_callbacks=events)
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: done.set())
-    print("ready", flush=True)
-    end = time.monotonic() + args.seconds
-    while not done.is_set() and time.monotonic() < end:
-        rclpy.spin_once(node, timeout_sec=0.05)
-    args.out.write_text(json.dumps({"received": got, "arrived_ns": arrived, "message_lost": sum(lost)}))
-    node.destroy_node()
-    rclpy.shutdown()
+    print(json.dumps(ask(args)))
     return 0
 
 
