@@ -36,7 +36,7 @@ import numpy as np
 
 from . import cdr, dds_config
 from .dds_types import idl_type
-from .types import READER_BUFFER, Callback, QoS
+from .types import Callback, QoS
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,10 @@ def ensure_loopback_config() -> str:
     ROS_LOCALHOST_ONLY as rmw_cyclonedds does (dds_config.for_cyclone)."""
     with _uri_lock:
         return dds_config.for_cyclone()
+
+
+#: Samples a reader may hold before we take them (the taking thread normally keeps it near 0).
+READER_BUFFER = 32
 
 
 def dds_topic_name(topic: str) -> str:

@@ -28,7 +28,7 @@ from typing import Any
 
 from ..config import ConfigError, NodeConfig, Param
 from . import cdr, dds_config
-from .types import HEADER, READER_BUFFER, TIME, Callback, QoS
+from .types import HEADER, TIME, Callback, QoS
 
 log = logging.getLogger(__name__)
 
@@ -39,16 +39,16 @@ SPIN_POLL_S = 0.5
 CALLBACK_WAIT_S = 1.0
 
 
-def _profile(q: QoS, reader: bool = False):
-    """The rclpy QoSProfile; a reader keeps at least READER_BUFFER samples (depth takes no part in
-    matching), as the Cyclone path's readers do: what the node cannot take in time is then dropped
-    and counted by the node, not overwritten unseen in the reader's history."""
+def _profile(q: QoS):
+    """The rclpy QoSProfile. The reader's depth is the configured one (`ros2 topic info -v` shows it):
+    a frame that arrives while the reader still holds `depth` untaken ones is overwritten there,
+    uncounted (README, "Frames DDS can lose without telling")."""
     from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
     return QoSProfile(
         reliability=ReliabilityPolicy.RELIABLE if q.reliability == "reliable" else ReliabilityPolicy.BEST_EFFORT,
         history=HistoryPolicy.KEEP_ALL if q.history == "keep_all" else HistoryPolicy.KEEP_LAST,
-        depth=max(q.depth, READER_BUFFER) if reader else q.depth,
+        depth=q.depth,
         durability=DurabilityPolicy.VOLATILE,
     )
 
@@ -175,7 +175,7 @@ class RclpyTransport:
 
         events = SubscriptionEventCallbacks(message_lost=handle.on_message_lost)
         handle._sub = self.node.create_subscription(
-            cls, topic, on_raw, _profile(qos, reader=True), raw=True, event_callbacks=events
+            cls, topic, on_raw, _profile(qos), raw=True, event_callbacks=events
         )
         return handle
 

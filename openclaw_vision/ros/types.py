@@ -42,12 +42,6 @@ class QoS:
             raise ValueError(f"depth must be >= 1, got {self.depth}")
 
 
-#: Samples an image reader may hold before the node takes them, whatever the configured depth: the
-#: node's own newest-frame slot then drops (and counts) what it cannot encode. A reader history of
-#: `depth` (1 by default) would instead overwrite a frame unseen, uncounted, whenever two arrive
-#: while the transport thread is busy (under rclpy on 2 cores: ~1 in 3 at 30 fps of 1080p).
-READER_BUFFER = 32
-
 SENSOR_DATA = QoS("best_effort", 5)
 DEFAULT = QoS("reliable", 10)
 
