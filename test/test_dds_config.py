@@ -1,6 +1,7 @@
 """dds_config: what the nodes read from CYCLONEDDS_URI at start, and what they hand to rmw / Cyclone.
 
-The behaviour behind it is checked on a real Humble in test/ros2/test_ros2_dds_config.py; here the
+On a real Humble the combinations run in test/ros2/test_ros2_transport.py (rclpy: loopback config
+under ROS_LOCALHOST_ONLY=1, robot config; pip path: robot config under it); here the
 reading and the rewriting themselves, without ROS."""
 
 from __future__ import annotations

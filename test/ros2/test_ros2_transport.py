@@ -146,11 +146,15 @@ def test_image_transport_republish_compressed_to_the_encoder(ros2, node_params, 
     assert "sensor_msgs/msg/CompressedImage" in node.output(), node.output()[-2000:]
 
 
-def pip_env() -> dict[str, str]:
-    """The pip path's environment: this checkout's venv, no ROS sourced, the loopback config, this test's domain."""
+def pip_env(robot: bool = False) -> dict[str, str]:
+    """The pip path's environment: this checkout's venv, no ROS sourced, this test's domain; the loopback
+    config, or (`robot`) the robot config under ROS_LOCALHOST_ONLY=1, where the pip path adds 127.0.0.1
+    itself as rmw does (else cyclonedds-python would pick the machine's interface)."""
     keep = ("PATH", "HOME", "LANG", "TMPDIR", "OPENCLAW_VISION_HOME", "ROS_DOMAIN_ID")
     env = {k: os.environ[k] for k in keep if k in os.environ}
-    env["CYCLONEDDS_URI"] = (ROOT / "config" / "cyclonedds-loopback.xml").as_uri()
+    env["CYCLONEDDS_URI"] = (ROBOT_CONFIG if robot else ROOT / "config" / "cyclonedds-loopback.xml").as_uri()
+    if robot:
+        env["ROS_LOCALHOST_ONLY"] = "1"
     env["PYTHONPATH"] = str(ROOT)
     return env
 
@@ -164,18 +168,24 @@ def test_bag_play_record_info_and_replay(ros2, node_params, rmem_raised, tmp_pat
     sqlite_bag = tmp_path / "sample_sqlite"
     bags.write_sample_bag(sqlite_bag, frames=4, fps=10, storage="sqlite3", start_ns=1_800_000_000_000_000_000)
     env = robot_env(ros2)
-    node = start_encoder(ros2, node_params["encoder_node"], env, tmp_path / "stats.json")
+    # our nodes here on the loopback config (names lo) under ROS_LOCALHOST_ONLY=1, the combination that
+    # made rmw refuse to create the domain: they hand rmw the file without its <Interfaces>
+    ours = ros2.environ(localhost_only=True)
+    node = start_encoder(ros2, node_params["encoder_node"], ours, tmp_path / "stats.json")
+    assert "given to rmw without its <Interfaces>" in node.output(), node.output()[-2000:]
     labels = ros2.start("ros2", "run", "openclaw_vision", "labels_node", *ros_args(node_params["labels_node"]),
-                        env=env)  # fmt: skip
+                        env=ours)  # fmt: skip
     labels.wait_for("ready:", timeout=60)
     rec = tmp_path / "rec"
     record = ros2.start("ros2", "bag", "record", "-o", str(rec), "/camera/image_raw", "/visual_features",
                         "/visual_labels", env=env)  # fmt: skip
-    for topic in ("/camera/image_raw", "/visual_features", "/visual_labels"):  # all in the graph already
+    for topic in ("/visual_features", "/visual_labels"):  # published already; images only once a player is there
         record.wait_for(f"Subscribed to topic '{topic}'", timeout=30)
     played = []
     for bag, rate in ((sample_bag, "2.0"), (sqlite_bag, "0.5")):
-        ros2.run("ros2", "bag", "play", str(bag), "--rate", rate, env=env, timeout=60)
+        # --delay: the player's publishers exist 1.5 s before the first frame, so the recorder (which
+        # looks for new topics every 100 ms) has subscribed to /camera/image_raw by then
+        ros2.run("ros2", "bag", "play", str(bag), "--rate", rate, "--delay", "1.5", env=env, timeout=60)
         played += [(m.timestamp_ns, m.topic) for m in bags.read_messages(bag)]
     time.sleep(2.0)
     record.stop(timeout=15)
@@ -212,7 +222,7 @@ def test_rclpy_camera_to_the_pip_encoder_to_rclpy(ros2, tiny_model, rmem_raised,
     node = subprocess.Popen([sys.executable, "-m", "openclaw_vision.ros.encoder_node", "--transport", "cyclonedds",
                              "--model", "tiny", "--model-path", str(tiny_model), "--precision", "fp32",
                              "--backend", "onnxruntime", "--threads", "1", "--stats-json", str(stats)],
-                            env=pip_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=pip_env(robot=True), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)  # fmt: skip
     try:
         counter = start_counter(ros2, tmp_path / "features.json", env, count=4)
@@ -225,5 +235,6 @@ def test_rclpy_camera_to_the_pip_encoder_to_rclpy(ros2, tiny_model, rmem_raised,
     st = json.loads(stats.read_text())
     assert got and set(got) <= set(sent), (got, sent, log[-2000:])
     assert st["transport"] == "cyclonedds" and st["rejected"] == 0, st
+    assert "interface 127.0.0.1 added, as rmw_cyclonedds does" in log, log[-2000:]
     if rmem_raised:
         assert st["received"] == len(sent), st
