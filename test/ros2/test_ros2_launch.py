@@ -101,12 +101,14 @@ def test_launch_all_nodes_with_arguments_then_stop(ros2, my_configs, sig):
 
 
 def test_model_argument_gives_the_vlm_the_encoders_width(ros2, my_configs):
-    """model:=ViT-L-14 enable_vlm:=true: the VLM takes 768-d features (ViT-L-14's width) and refuses
-    512-d ones. The encoder runs my.yaml's tiny model_path (model_path wins over model), so no ViT-L-14
-    export is needed: what is shown is what launch hands the VLM and what the VLM then accepts."""
-    proc = ros2.start(*LAUNCH, *config_args(my_configs), "enable_vlm:=true", "model:=ViT-L-14")
-    out = wait_running(proc, 2)
-    assert param(ros2, "vlm_node", "model") == "String value is: ViT-L-14"
+    """model:=ViT-L-14 enable_vlm:=true enable_labels:=true: every node gets the model, and the VLM takes
+    768-d features (ViT-L-14's width) and refuses 512-d ones. The encoder and the labels node run
+    my.yaml's tiny model_path/text_model_path (a path wins over the name), so no ViT-L-14 export is
+    needed: what is shown is what launch hands the nodes and what the VLM then accepts."""
+    proc = ros2.start(*LAUNCH, *config_args(my_configs), "enable_vlm:=true", "enable_labels:=true", "model:=ViT-L-14")
+    out = wait_running(proc, 3)
+    for node in FILES:
+        assert param(ros2, node, "model") == "String value is: ViT-L-14", node
     assert "(768-d, of ViT-L-14)" in out
     probe = ("python3", PROBE, "ask", "--dim")
     wrong = json.loads(ros2.run(*probe, "512", "--timeout", "6", timeout=60).stdout.splitlines()[-1])
@@ -116,3 +118,14 @@ def test_model_argument_gives_the_vlm_the_encoders_width(ros2, my_configs):
     assert "answer" in answer, answer
     assert answer["answer"]["frame_id"].startswith("probe-768-") and answer["answer"]["answer_tokens"] >= 1
     proc.stop(signal.SIGINT, 15)
+
+
+def test_the_shipped_defaults_name_the_model_to_export(ros2):
+    """No argument at all: the installed config/encoder.yaml (ViT-B-32, INT8), which is not built here:
+    the encoder stops at once with exit 2 and says what to run, and launch reports it."""
+    proc = ros2.start(*LAUNCH)
+    assert proc.wait(90) is not None, proc.output()[-3000:]
+    out = proc.output()
+    assert re.search(r"\[ERROR\] \[encoder_node-\d+\]: process has died \[pid \d+, exit code 2", out), out[-3000:]
+    assert "ViT-B-32.int8.onnx" in out and "openclaw-vision" in out, out[-3000:]
+    assert "Traceback" not in out
