@@ -134,6 +134,9 @@ def check_receive_buffer(uri: str | None = None) -> str | None:
 
 
 def _without_interfaces(text: str) -> str:
+    """The XML without its <Interfaces>, comments and declaration: one inline item of CYCLONEDDS_URI
+    (whose items are separated by commas, which comments may hold)."""
+    text = re.sub(r"<!--.*?-->|<\?xml.*?\?>", "", text, flags=re.S)
     return re.sub(r"\s*<Interfaces>.*?</Interfaces>", "", text, flags=re.S)
 
 
