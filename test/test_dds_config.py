@@ -75,3 +75,11 @@ def test_pip_path_honours_localhost_only_as_rmw_does():
     uri = dds_config.for_cyclone(unset)  # nothing chosen: the shipped loopback file
     assert unset["CYCLONEDDS_URI"] == uri and uri.endswith("/config/cyclonedds-loopback.xml")
     assert dds_config.DdsConfig.read(uri).interfaces == ("lo",)
+
+
+def test_a_copy_of_our_config_is_ours(tmp_path):
+    copy = tmp_path / "lo.xml"
+    copy.write_bytes((ROOT / "config" / "cyclonedds-loopback.xml").read_bytes())
+    env = {"CYCLONEDDS_URI": copy.as_uri(), "ROS_LOCALHOST_ONLY": "1"}
+    dds_config.for_rclpy(env)
+    assert env["CYCLONEDDS_URI"].startswith("<CycloneDDS") and "NetworkInterface" not in env["CYCLONEDDS_URI"]

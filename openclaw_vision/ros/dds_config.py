@@ -141,8 +141,10 @@ def _without_interfaces(text: str) -> str:
 
 
 def _is_shipped(where: str) -> bool:
+    """One of the configs this package ships, installed or in a checkout (the same bytes)."""
     try:
-        return any(Path(where).resolve() == p.resolve() for p in shipped_configs())
+        text = Path(where).read_bytes()
+        return any(text == p.read_bytes() for p in shipped_configs())
     except OSError:
         return False
 
