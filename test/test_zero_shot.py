@@ -177,7 +177,7 @@ def test_visual_labels_cdr_matches_rosbags():
     store = bags.typestore()
     T, H = store.types["builtin_interfaces/msg/Time"], store.types["std_msgs/msg/Header"]
     kind = "openclaw_vision/msg/VisualLabels"
-    fields = dict(model_id="m@1", labels=["door", "person"], template="a photo of a {}.", logit_scale=100.0,
+    fields = dict(model_id="m@1", labels=["door", "person"], prompt_template="a photo of a {}.", logit_scale=100.0,
                   top_label="person", top_score=0.75)  # fmt: skip
     ref = store.serialize_cdr(
         store.types[kind](header=H(stamp=T(sec=3, nanosec=4), frame_id="cam"),

@@ -197,15 +197,17 @@ def become_subreaper() -> None:
 
 def exit_status(pid: int, timeout: float) -> int | None:
     """The exit code of descendant `pid` (negative: killed by that signal), once it is this process's
-    child (directly, or adopted: become_subreaper); None if it is still running after `timeout` s."""
+    child (directly, or adopted: become_subreaper); None if it is still running after `timeout` s.
+    ProcessLookupError if its own parent reaped it first (then only that parent knows the code)."""
     deadline = time.monotonic() + timeout
     while True:
         try:
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
                 return os.waitstatus_to_exitcode(status)
-        except ChildProcessError:  # not (yet) ours: its parent still lives
-            pass
+        except ChildProcessError:  # not (yet) ours: its parent still lives, or has reaped it
+            if not Path(f"/proc/{pid}").exists():
+                raise ProcessLookupError(pid) from None
         if time.monotonic() >= deadline:
             return None
         time.sleep(0.02)
