@@ -172,10 +172,15 @@ def _clean_base() -> dict[str, str]:
 def workspace_sources(dest: Path) -> Path:
     """A clean checkout of this tree at `dest`/src/openclaw_vision: the tracked and the untracked,
     not-ignored files (what a clone of this commit plus the working changes holds), no venv, no out/."""
-    files = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT, capture_output=True, check=True,
-    ).stdout.decode().split("\0")  # fmt: skip
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT, capture_output=True
+    )
+    if listed.returncode == 0:
+        files = listed.stdout.decode().split("\0")
+    else:  # not a git checkout (an unpacked archive): everything but what builds and runs leave behind
+        skip = {".git", ".venv", "out", "build", "install", "log", ".pytest_cache", ".ruff_cache", "__pycache__"}
+        files = [str(p.relative_to(ROOT)) for p in ROOT.rglob("*")
+                 if p.is_file() and not skip & set(p.relative_to(ROOT).parts)]  # fmt: skip
     src = dest / "src" / PACKAGE
     for name in filter(None, files):
         path = ROOT / name
