@@ -21,6 +21,11 @@ TRT_STAMP := $(VENV)/trt/.installed-$(shell echo $(TRT_BINDINGS) | sha1sum | cut
 SERVE_VENV := $(VENV)/serve
 SERVE_STAMP := $(SERVE_VENV)/.installed-$(shell sed -n '/^serve =/,/^[a-z]/p' setup.cfg | sha1sum | cut -c1-10)
 
+# The `ros2` test tier (test/ros2/): a real ROS 2 Humble ($$OPENCLAW_ROS2_PREFIX, /opt/ros/humble, or
+# ../shared/ros2-humble unpacked into $(VENV)/ros2/ with its apt packages) and the README's robot venv.
+# Without any Humble it prints one line and the tier skips (under CI=true the tier then fails).
+ROS2_STAMP := $(VENV)/ros2/.prepared-$(shell cat package.xml requirements-humble.txt test/support/humble.py | sha1sum | cut -c1-10)
+
 .PHONY: setup demo test lint clean
 
 # open_clip_torch: its SimpleTokenizer is the tests' reference and its wheel holds CLIP's BPE merges
@@ -45,7 +50,12 @@ $(SERVE_STAMP): $(STAMP)
 	echo $(CURDIR) > $$($(SERVE_VENV)/bin/python -c 'import site; print(site.getsitepackages()[0])')/openclaw_vision_src.pth
 	touch $@
 
-setup: $(STAMP) $(TRT_STAMP) $(SERVE_STAMP)
+$(ROS2_STAMP): $(STAMP)
+	rm -f $(VENV)/ros2/.prepared-*; mkdir -p $(VENV)/ros2
+	$(PY) test/support/humble.py prepare
+	touch $@
+
+setup: $(STAMP) $(TRT_STAMP) $(SERVE_STAMP) $(ROS2_STAMP)
 
 demo: setup
 	$(PY) -m openclaw_vision.cli demo --out out/demo
