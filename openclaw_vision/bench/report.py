@@ -137,14 +137,15 @@ def _gguf_lines(g: dict | None) -> list[str]:
         return []
     if "skipped" in g:
         return ["", f"GGUF / llama.cpp rows skipped: {g['skipped']}"]
-    lines = ["", f"VLM language model, {g['shape']} ({g['setup']}):", "",
-             "| backend / format | bytes/token (MB) | prefill tok/s | decode tok/s | answer ms | roofline tok/s "
-             "| fraction | RSS MB | pipeline / alone decode tok/s |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    head = "| backend / format | bytes/token (MB) | prefill tok/s | decode tok/s | answer ms | roofline tok/s "
+    head += "| fraction | RSS MB | pipeline / alone decode tok/s |"
+    lines = ["", f"VLM language model, {g['shape']} ({g['setup']}):", "", head, "|---" * 9 + "|"]
     for r in g["rows"]:
         wrap = (f"{r['pipeline_decode_tokens_per_s']} / {r['llamacpp_alone_decode_tokens_per_s']}"
                 if "pipeline_decode_tokens_per_s" in r else "")  # fmt: skip
         lines.append(
-            f"| {r['name']} ({r['format']}) | {r['bytes_per_token'] / 1e6:.0f} | {r['prefill_tokens_per_s']} "
+            f"| {r['name']} ({r['format']}) | {r['bytes_per_token'] / 1e6:.0f} "
+            f"| {r['prefill_tokens_per_s']} "
             f"| {r['decode_tokens_per_s']} | {r['answer_ms']:.0f} | {r['roofline_decode_tokens_per_s']} "
             f"| {r['roofline_fraction']:.0%} | {r['rss_mb']} | {wrap} |"
         )

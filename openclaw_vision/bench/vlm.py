@@ -361,10 +361,11 @@ def run_gguf(real: str, stream_gbs: float, rounds: int, prompt: int, steps: int,
     from pathlib import Path
 
     from ..vlm.gguf import write_gguf
-    from ..vlm.llamacpp import LlamaCppDecoder, quantize_gguf, threads
+    from ..vlm.llamacpp import quantize_gguf, threads
     from ..vlm.pipeline import VlmPipeline, load_vlm
     from ..vlm.tokenizer import build_default_tokenizer
 
+    gc.collect()  # the earlier phases' models (torch modules hold reference cycles) before 3 more copies
     cfg = get_llm_config(real)
     work = Path(workdir)
     work.mkdir(parents=True, exist_ok=True)

@@ -91,13 +91,20 @@ def _field(reader, key: str, default=None):
 def expected_shapes(cfg: LlamaConfig) -> dict[str, tuple[int, ...]]:
     """Every GGUF tensor a Llama of this config has, with its (out, in) shape."""
     h, hd = cfg.hidden, cfg.head_dim
-    shapes = {"token_embd.weight": (cfg.vocab_size, h), "output_norm.weight": (h,), "output.weight": (cfg.vocab_size, h)}
+    v = cfg.vocab_size
+    shapes = {"token_embd.weight": (v, h), "output_norm.weight": (h,), "output.weight": (v, h)}
     per = {"attn_norm": (h,), "attn_q": (cfg.heads * hd, h), "attn_k": (cfg.kv_heads * hd, h),
            "attn_v": (cfg.kv_heads * hd, h), "attn_output": (h, h), "ffn_norm": (h,),
-           "ffn_gate": (cfg.intermediate, h), "ffn_up": (cfg.intermediate, h), "ffn_down": (h, cfg.intermediate)}  # fmt: skip
+           "ffn_gate": (cfg.intermediate, h), "ffn_up": (cfg.intermediate, h),
+           "ffn_down": (h, cfg.intermediate)}  # fmt: skip
     for n in range(cfg.layers):
         shapes |= {f"blk.{n}.{k}.weight": s for k, s in per.items()}
     return shapes
+
+
+def _f32(value) -> float:
+    """A float32 metadata value as the decimal it was written from (1e-05, not 9.99999974e-06)."""
+    return float(f"{float(value):.7g}")
 
 
 def _config(reader, path: Path) -> LlamaConfig:
@@ -128,8 +135,8 @@ def _config(reader, path: Path) -> LlamaConfig:
             layers=int(need("block_count")),
             heads=heads,
             kv_heads=int(_field(reader, f"{ARCH}.attention.head_count_kv", heads)),
-            rope_theta=float(_field(reader, f"{ARCH}.rope.freq_base", 10000.0)),
-            rms_eps=float(need("attention.layer_norm_rms_epsilon")),
+            rope_theta=_f32(_field(reader, f"{ARCH}.rope.freq_base", 10000.0)),
+            rms_eps=_f32(need("attention.layer_norm_rms_epsilon")),
             max_positions=int(need("context_length")),
             bos_id=int(_field(reader, "tokenizer.ggml.bos_token_id", 1)),
             eos_id=int(_field(reader, "tokenizer.ggml.eos_token_id", 2)),
@@ -317,7 +324,7 @@ def write_gguf(path: Path, cfg: LlamaConfig, params: dict, tokenizer_json: Path,
         elif qt == gguf.GGMLQuantizationType.F16:
             w.add_tensor(name, value.astype(np.float16))
         else:
-            w.add_tensor(name, gguf.quants.quantize(value, qt), raw_shape=value.shape, raw_dtype=qt)
+            w.add_tensor(name, gguf.quants.quantize(value, qt), raw_dtype=qt)
 
     nq, nkv = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
     put("token_embd.weight", params["llm.embed_tokens"])

@@ -20,6 +20,7 @@ llama.cpp is optional (`pip install '.[llamacpp]'`); `available()` says whether 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -62,8 +63,7 @@ def _quiet_logs(lib) -> None:
     def forward(level: int, text: bytes, _user) -> None:
         line = text.decode(errors="replace").rstrip()
         if line:
-            log.log(logging.WARNING if level in (lib.GGML_LOG_LEVEL_WARN, lib.GGML_LOG_LEVEL_ERROR) else logging.DEBUG,
-                    "%s", line)  # fmt: skip
+            log.log(logging.WARNING if level in (2, 3) else logging.DEBUG, "%s", line)  # GGML_LOG_LEVEL_WARN, _ERROR
 
     _LOG_CALLBACK = lib.llama_log_callback(forward)
     lib.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p(0))
@@ -81,7 +81,7 @@ class LlamaCppManager(BlockManager):
         self.decoder = decoder
         self.native: dict = {}  # our sequence id → llama.cpp seq id
 
-    def _index(self, block, previous, keys) -> None:  # noqa: ARG002 - a freed llama.cpp sequence is gone
+    def _index(self, block, previous, keys) -> None:  # a freed llama.cpp sequence's cells are gone
         return None
 
     def seq(self, seq_id) -> int:
@@ -212,10 +212,8 @@ class LlamaCppDecoder:
             self._ctx = self._model = None
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # interpreter shutdown: the library may be gone already
             self.close()
-        except Exception:  # interpreter shutdown: the library may be gone already
-            pass
 
 
 def quantize_gguf(src: Path, dst: Path, ftype: str) -> Path:
