@@ -63,7 +63,7 @@ def _quiet_logs(lib) -> None:
     def forward(level: int, text: bytes, _user) -> None:
         line = text.decode(errors="replace").rstrip()
         if line:
-            log.log(logging.WARNING if level in (2, 3) else logging.DEBUG, "%s", line)  # GGML_LOG_LEVEL_WARN, _ERROR
+            log.log(logging.WARNING if level in (3, 4) else logging.DEBUG, "%s", line)  # GGML_LOG_LEVEL_WARN, _ERROR
 
     _LOG_CALLBACK = lib.llama_log_callback(forward)
     lib.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p(0))
