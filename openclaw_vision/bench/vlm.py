@@ -285,10 +285,39 @@ ANSWER_PROMPT, ANSWER_TOKENS = 100, 40  # the answer-latency case: a 100-token p
 GGUF_FORMATS = ("F32", "Q8_0", "Q4_0")
 
 
-def _rss() -> int:
-    import psutil
+def resident_mb(kind: str, real: str, path=None) -> int:
+    """Resident memory a backend adds to a fresh process: RSS after loading and 8 greedy tokens, minus the
+    same interpreter's RSS before loading. A fresh process, because RSS deltas inside this long bench
+    are blurred by the earlier phases' freed memory (one run gave a negative delta).
+    kind: "ours" (random float32 weights), "ours-gguf" (the file dequantised) or "llamacpp"."""
+    import subprocess
+    import sys
 
-    return psutil.Process().memory_info().rss
+    code = (
+        "import sys, numpy as np, psutil\n"
+        "from openclaw_vision.bench.vlm import _greedy\n"
+        "from openclaw_vision.vlm.config import get_llm_config\n"
+        "from openclaw_vision.vlm.decoder import LlamaDecoder\n"
+        "kind, real, path = sys.argv[1], sys.argv[2], sys.argv[3]\n"
+        "before = psutil.Process().memory_info().rss\n"
+        "if kind == 'llamacpp':\n"
+        "    from openclaw_vision.vlm.llamacpp import LlamaCppDecoder\n"
+        "    dec = LlamaCppDecoder(path, n_ctx=1024)\n"
+        "elif kind == 'ours-gguf':\n"
+        "    from openclaw_vision.vlm.gguf import gguf_params, read_gguf\n"
+        "    gg = read_gguf(path)\n"
+        "    dec = LlamaDecoder(gg.cfg, gguf_params(gg))\n"
+        "    del gg\n"
+        "else:\n"
+        "    from openclaw_vision.vlm.weights import random_params\n"
+        "    cfg = get_llm_config(real)\n"
+        "    dec = LlamaDecoder(cfg, random_params(cfg))\n"
+        "_greedy(dec, np.arange(3, 19), 8)\n"
+        "print((psutil.Process().memory_info().rss - before) // 2**20)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, kind, real, str(path or "")], capture_output=True, text=True,
+                         check=True)  # fmt: skip
+    return int(out.stdout.split()[-1])
 
 
 def _greedy(dec, ids: np.ndarray, steps: int) -> tuple[float, float]:
@@ -370,10 +399,8 @@ def run_gguf(real: str, stream_gbs: float, rounds: int, prompt: int, steps: int,
     work = Path(workdir)
     work.mkdir(parents=True, exist_ok=True)
     tok = build_default_tokenizer(work / "tokenizer", 512)
-    rss0 = _rss()
     params = random_params(cfg)
     ours = LlamaDecoder(cfg, place(params))
-    ours_rss = _rss() - rss0
     paths = {"F32": write_gguf(work / f"{real}-F32.gguf", cfg, params, tok, "F32")}
     t_q = {}
     for q in GGUF_FORMATS[1:]:
@@ -407,26 +434,22 @@ def run_gguf(real: str, stream_gbs: float, rounds: int, prompt: int, steps: int,
         return row
 
     f32_bytes = decode_weight_bytes(ours)
-    measure("ours", ours, "float32 (NumPy)", f32_bytes, {"rss_mb": round(ours_rss / 2**20)})
+    measure("ours", ours, "float32 (NumPy)", f32_bytes)
     # ours from the F32 GGUF (dequantised at load) against ours on the same weights, interleaved
-    rss1 = _rss()
     from ..vlm.gguf import gguf_params, read_gguf
 
     ours_gguf = LlamaDecoder(cfg, place(gguf_params(read_gguf(paths["F32"]))))
-    gguf_rss = _rss() - rss1
     pair = {"ours": [], "ours-gguf": []}
     for _ in range(rounds):
         for name, dec in (("ours", ours), ("ours-gguf", ours_gguf)):
             pair[name].append(steps / _greedy(dec, ids[:16], steps)[1])
-    ours_gguf_row = measure("ours-gguf", ours_gguf, "F32 GGUF, dequantised (NumPy)", f32_bytes,
-                            {"rss_mb": round(gguf_rss / 2**20)})  # fmt: skip
+    ours_gguf_row = measure("ours-gguf", ours_gguf, "F32 GGUF, dequantised (NumPy)", f32_bytes)
     same_weights_ratio = float(np.median(pair["ours-gguf"]) / np.median(pair["ours"]))
     del ours_gguf
     gc.collect()
     feats = np.random.default_rng(4).standard_normal(512).astype(np.float32)
     node_vs_alone = {}
     for q in GGUF_FORMATS:
-        rss2 = _rss()
         model = load_vlm(str(paths[q]), 512, 8, tokenizer=tok, llm_backend="llamacpp", n_ctx=1024)
         dec = model.decoder
         pipe = VlmPipeline(model, kv_blocks=48, max_new_tokens=ANSWER_TOKENS, prefix_frames=1)
@@ -435,7 +458,6 @@ def run_gguf(real: str, stream_gbs: float, rounds: int, prompt: int, steps: int,
             node.append(_node_decode(pipe, feats, r))
             alone.append(ANSWER_TOKENS / _llamacpp_alone(dec, answer_ids, ANSWER_TOKENS))
         row = measure(f"llamacpp-{q}", dec, f"{q} GGUF (llama.cpp, {threads()} threads)", gguf_matrix_bytes(paths[q]))
-        row["rss_mb"] = round((_rss() - rss2) / 2**20)
         row["file_mb"] = round(paths[q].stat().st_size / 2**20)
         node_vs_alone[q] = {"pipeline_decode_tokens_per_s": round(float(np.median(node)), 2),
                             "llamacpp_alone_decode_tokens_per_s": round(float(np.median(alone)), 2)}  # fmt: skip
@@ -461,6 +483,13 @@ def run_gguf(real: str, stream_gbs: float, rounds: int, prompt: int, steps: int,
                      f"{by['ours']['decode_tokens_per_s']} tokens/s in the paired rounds' medians)",
          "met": same_weights_ratio >= 0.9},
     ]  # fmt: skip
+    del ours, params
+    gc.collect()  # resident memory last, one fresh process at a time, with nothing else of ours loaded
+    jobs = {"ours": ("ours", None), "ours-gguf": ("ours-gguf", paths["F32"])}
+    jobs |= {f"llamacpp-{q}": ("llamacpp", paths[q]) for q in GGUF_FORMATS}
+    for r in rows:
+        kind, path = jobs[r["name"]]
+        r["rss_mb"] = resident_mb(kind, real, path)
     for p in paths.values():
         p.unlink()
     return {
