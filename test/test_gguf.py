@@ -74,12 +74,10 @@ def _logits(dec, parts, seq: str = "s") -> np.ndarray:
 
 
 def _kl(p_logits: np.ndarray, q_logits: np.ndarray) -> float:
-    """KL(p || q) of the softmax distributions, nats."""
-    lp = p_logits - p_logits.max()
-    lp -= np.log(np.exp(lp).sum())
-    lq = q_logits - q_logits.max()
-    lq -= np.log(np.exp(lq).sum())
-    return float((np.exp(lp) * (lp - lq)).sum())
+    """KL(p || q) of the softmax distributions, nats (the package's one definition)."""
+    from openclaw_vision.numerics import kl_from_logits
+
+    return float(kl_from_logits(p_logits, q_logits))
 
 
 def test_reading_checks_the_file_and_dequantises_to_the_weights_written(files):
