@@ -22,7 +22,7 @@ needs_llamacpp = pytest.mark.skipif(not llamacpp.available(), reason=llamacpp.IN
 
 # Row lengths divisible by 256 (the K-quants' block), GQA 4:2 as TinyLlama's 32:4 in spirit.
 CFG = LlamaConfig(vocab_size=512, hidden=256, intermediate=512, layers=2, heads=4, kv_heads=2, max_positions=256)
-EMBED_DIM, VISUAL = 32, 4
+EMBED_DIM, VISUAL = 32, 4  # 32: the tiny encoder's width (the node takes it from --model tiny)
 
 
 def _params(seed: int = 0) -> dict:
@@ -263,7 +263,7 @@ def test_the_vlm_node_answers_over_dds_with_llamacpp(files, dds_domain, tmp_path
     path = files["paths"]["Q8_0"]
     stats = tmp_path / "stats.json"
     node = NodeProcess(
-        ["--llm", str(path), "--llm-backend", "llamacpp", "--embed-dim", str(EMBED_DIM), "--visual-tokens",
+        ["--llm", str(path), "--llm-backend", "llamacpp", "--model", "tiny", "--visual-tokens",
          str(VISUAL), "--max-new-tokens", "5", "--kv-blocks", "32", "--transport", "cyclonedds",
          "--stats-json", str(stats)],
         log_path=tmp_path / "vlm.log", node="vlm",
