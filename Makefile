@@ -14,6 +14,8 @@ export CYCLONEDDS_URI := file://$(CURDIR)/config/cyclonedds-loopback.xml
 # `tensorrt_bindings`): the gpu_static tests import them over stub libraries, no TensorRT runtime.
 TRT_BINDINGS := 10=tensorrt-cu12-bindings==10.16.1.11 11=tensorrt-cu13-bindings==11.4.0.106
 TRT_STAMP := $(VENV)/trt/.installed-$(shell echo $(TRT_BINDINGS) | sha1sum | cut -c1-10)
+# The llamacpp extra (llama-cpp-python, compiled from its sdist): the tests' tier, not the demo's.
+LLAMACPP_STAMP := $(VENV)/.llamacpp-$(shell grep -A1 '^llamacpp =' setup.cfg | sha1sum | cut -c1-10)
 
 # The `ros2` test tier (test/ros2/): a real ROS 2 Humble ($$OPENCLAW_ROS2_PREFIX, /opt/ros/humble, or
 # ../shared/ros2-humble unpacked into $(VENV)/ros2/ with its apt packages) and the README's robot venv.
@@ -44,13 +46,19 @@ $(ROS2_STAMP): $(STAMP)
 
 setup: $(STAMP) $(TRT_STAMP) $(ROS2_STAMP)
 
+# pip keeps the wheel it builds in its cache (~/.cache/pip/wheels): a second set-up does not recompile.
+$(LLAMACPP_STAMP): $(STAMP)
+	rm -f $(VENV)/.llamacpp-*
+	$(PY) -m pip install -q -e '.[llamacpp]'
+	touch $@
+
 demo: setup
 	$(PY) -m openclaw_vision.cli demo --out out/demo
 
 lint: setup
 	$(PY) -m ruff check .
 
-test: setup lint
+test: setup $(LLAMACPP_STAMP) lint
 	$(PY) -m pytest -q
 
 clean:
