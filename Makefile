@@ -15,7 +15,13 @@ export CYCLONEDDS_URI := file://$(CURDIR)/config/cyclonedds-loopback.xml
 TRT_BINDINGS := 10=tensorrt-cu12-bindings==10.16.1.11 11=tensorrt-cu13-bindings==11.4.0.106
 TRT_STAMP := $(VENV)/trt/.installed-$(shell echo $(TRT_BINDINGS) | sha1sum | cut -c1-10)
 # The llamacpp extra (llama-cpp-python, compiled from its sdist): the tests' tier, not the demo's.
-LLAMACPP_STAMP := $(VENV)/.llamacpp-$(shell grep -A1 '^llamacpp =' setup.cfg | sha1sum | cut -c1-10)
+LLAMACPP_REQ := $(shell grep -A1 '^llamacpp =' setup.cfg | tail -1 | tr -d ' ')
+LLAMACPP_STAMP := $(VENV)/.llamacpp-$(shell echo $(LLAMACPP_REQ) | sha1sum | cut -c1-10)
+# llama.cpp compiles for the CPU it is built on (-march=native), and these machines change between
+# AVX2-only and AVX-512 VNNI: the built wheel is kept in a folder named by the CPU's vector features,
+# never in pip's shared wheel cache, so a wheel is only ever installed on the kind of CPU it was built for.
+LLAMACPP_ISA := $(shell grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -xE 'avx2|fma|f16c|avx512f|avx512bw|avx512vl|avx512_vnni|avx512_bf16|avx_vnni|amx_int8|amx_bf16' | sort | tr '\n' '-')
+LLAMACPP_WHEELS := $(HOME)/.cache/openclaw-vision/llamacpp-wheels/$(LLAMACPP_ISA)
 
 # The `ros2` test tier (test/ros2/): a real ROS 2 Humble ($$OPENCLAW_ROS2_PREFIX, /opt/ros/humble, or
 # ../shared/ros2-humble unpacked into $(VENV)/ros2/ with its apt packages) and the README's robot venv.
@@ -46,13 +52,15 @@ $(ROS2_STAMP): $(STAMP)
 
 setup: $(STAMP) $(TRT_STAMP) $(ROS2_STAMP)
 
-# pip keeps the wheel it builds in its cache (~/.cache/pip/wheels): a second set-up does not recompile.
+# Built once per CPU kind (a few minutes on 2 cores), then installed from that folder in seconds.
 $(LLAMACPP_STAMP): $(STAMP)
 	rm -f $(VENV)/.llamacpp-*
-	$(PY) -m pip install -q -e '.[llamacpp]'
+	ls $(LLAMACPP_WHEELS)/llama_cpp_python-*.whl >/dev/null 2>&1 || \
+	  $(PY) -m pip wheel -q --no-cache-dir --no-deps -w $(LLAMACPP_WHEELS) '$(LLAMACPP_REQ)'
+	$(PY) -m pip install -q --find-links $(LLAMACPP_WHEELS) '$(LLAMACPP_REQ)'
 	touch $@
 
-demo: setup
+demo: $(STAMP)
 	$(PY) -m openclaw_vision.cli demo --out out/demo
 
 lint: setup
