@@ -422,20 +422,6 @@ def test_tensorrt_runner_type_checks_against_the_real_bindings(trt_env, major, t
 # --- 4. our INT8 model under TensorRT's explicit-quantisation rules ------------------------------
 
 
-@pytest.fixture(scope="module")
-def int8_model(tiny_model, tmp_path_factory) -> Path:
-    from openclaw_vision.quant.calibrate import Range
-    from openclaw_vision.quant.graph import quantisable_layers
-    from openclaw_vision.quant.qdq import build_qdq_model
-
-    model = onnx.load(str(tiny_model))
-    ranges = {layer.activation: Range(-4.0, 4.0) for layer in quantisable_layers(model)}
-    q = build_qdq_model(model, quantisable_layers(model), ranges, "s8s8", metadata={"precision": "int8"})
-    path = tmp_path_factory.mktemp("int8") / "tiny.int8.onnx"
-    onnx.save(q, str(path))
-    return path
-
-
 def _mutate(path: Path, fn) -> onnx.ModelProto:
     m = onnx.load(str(path))
     fn(m, {i.name: i for i in m.graph.initializer})

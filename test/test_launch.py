@@ -138,3 +138,10 @@ def test_the_launch_file_helpers_import_without_ros_or_numpy():
         "heavy = {'numpy', 'cv2', 'onnxruntime', 'rclpy'} & set(sys.modules); assert not heavy, heavy"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_image_topics_argument_gives_the_encoder_a_camera_list(launch):
+    nodes = launch(image_topics="[/front/image_raw, /rear/image_raw/compressed]")
+    cfg = _config(nodes["encoder_node"], "encoder_node")
+    assert cfg.image_topics == ("/front/image_raw", "/rear/image_raw/compressed")
+    assert cfg.image_topic == EncoderConfig().image_topic  # the one-camera key is left to the file
