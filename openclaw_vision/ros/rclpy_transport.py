@@ -146,9 +146,9 @@ class RclpyTransport:
         of a declared range) becomes a ConfigError, never a traceback."""
         from rclpy.exceptions import ParameterException
 
-        values = {}
+        values, defaults = {}, cfg.as_dict()  # as a parameters file holds them: a string array as a list
         for key, spec in cfg.params().items():
-            default = getattr(cfg, key)
+            default = defaults[key]
             try:
                 values[key] = self.node.declare_parameter(key, default, descriptor(key, default, spec)).value
             except ParameterException as err:

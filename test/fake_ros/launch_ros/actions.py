@@ -22,8 +22,12 @@ class Node:
         args = ["--ros-args"] + (["-r", f"__node:={self.name}"] if self.name else [])
         for entry in self.parameters:
             if isinstance(entry, dict):
-                for value in entry.values():
-                    assert isinstance(value, (float, int, str, bool, bytes)), f"not a parameter value: {value!r}"
+                for value in entry.values():  # a scalar, or a list of one scalar type (evaluate_parameter_dict)
+                    items = value if isinstance(value, list) else [value]
+                    assert all(isinstance(v, (float, int, str, bool, bytes)) for v in items), (
+                        f"not a parameter value: {value!r}"
+                    )
+                    assert len({type(v) for v in items}) <= 1, f"a list of mixed types: {value!r}"
                 with tempfile.NamedTemporaryFile("w", prefix="launch_params_", dir=tmp_dir, delete=False) as h:
                     yaml.dump({f"/{self.name}" if self.name else "/**": {"ros__parameters": entry}}, h)
                 args += ["--params-file", h.name]

@@ -12,6 +12,8 @@ class Parameter:
         INTEGER = 2
         DOUBLE = 3
         STRING = 4
+        BYTE_ARRAY = 5
+        STRING_ARRAY = 9
 
         @classmethod
         def from_parameter_value(cls, value):
@@ -20,6 +22,12 @@ class Parameter:
                              (cls.STRING, str)):  # fmt: skip
                 if isinstance(value, py):
                     return kind
+            # sequences as Humble's rule takes them: all bytes (so also an empty one) first, then all str
+            if isinstance(value, list | tuple):
+                if all(isinstance(v, bytes) for v in value):
+                    return cls.BYTE_ARRAY
+                if all(isinstance(v, str) for v in value):
+                    return cls.STRING_ARRAY
             raise TypeError(f"The given value is not one of the allowed types '{value}'.")
 
         def check(self, value) -> bool:
