@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import compressed_fuzz
 import numpy as np
 import pytest
 from dds_helpers import Inbox, wait_until
 
-from openclaw_vision.config import ConfigError, EncoderConfig
+from openclaw_vision.config import ConfigError, EncoderConfig, from_sources
 from openclaw_vision.encoders.onnxruntime import OnnxRuntimeEncoder
 from openclaw_vision.pipeline import FramePipeline
 from openclaw_vision.preprocess.compressed import CompressedFrame
@@ -29,6 +30,7 @@ from openclaw_vision.quant.evaluate import GateSpec
 from openclaw_vision.ros.encoder_node import camera_specs
 from openclaw_vision.sample_frames import compress_rgb, convert_rgb, pan_frames
 
+ROOT = Path(__file__).resolve().parents[1]
 FRONT, LEFT, REAR, SILENT = "/front/image_raw", "/left/image_raw", "/rear/image_raw/compressed", "/silent/image_raw"
 
 
@@ -108,6 +110,14 @@ def test_camera_topics_and_their_features_topics():
     assert [s.features_topic for s in camera_specs(EncoderConfig(image_topics=("/a/image_raw", "/a/image_rect"),
                                                                features_pattern="{topic}/features"))] == [
         "/a/image_raw/features", "/a/image_rect/features"]  # fmt: skip
+    example = from_sources(ROOT / "config" / "encoder-4-cameras.yaml", "encoder_node", {})
+    assert [s.features_topic for s in camera_specs(example)] == [
+        "/front/visual_features",
+        "/rear/visual_features",
+        "/left/visual_features",
+        "/right/visual_features",
+    ]
+    assert [s.input_type.split("/")[-1] for s in camera_specs(example)] == ["Image", "Image"] + ["CompressedImage"] * 2
     with pytest.raises(ConfigError, match="features_pattern"):
         EncoderConfig(features_pattern="/visual_features").validate()
     with pytest.raises(ConfigError, match="image_topics"):

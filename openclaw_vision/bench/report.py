@@ -104,6 +104,7 @@ def goals(result: dict) -> list[dict]:
             }
         )
     out += _int8_goals(result)
+    out += result.get("cameras", {}).get("goals", [])
     node = result.get("node")
     if node and node.get("e2e_p99_over_compute_p99") is not None:
         r = node["e2e_p99_over_compute_p99"]
@@ -181,6 +182,10 @@ def markdown(result: dict) -> str:
             f"Prefix sharing: {result['prefix_sharing_saving']:.0%} of prefill tokens and "
             f"{result['prefix_sharing_time_saving']:.0%} of the time saved ({result['prefix_sharing_setup']}).",
         ]
+    if result.get("cameras"):
+        from .cameras import markdown as cameras_markdown
+
+        lines += cameras_markdown(result["cameras"])
     if result.get("goals"):
         lines += ["", "| goal | measured | met |", "|---|---|---|"]
         for g in result["goals"]:
