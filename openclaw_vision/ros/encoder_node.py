@@ -214,7 +214,7 @@ class EncoderNode:
         except Exception as err:  # keep serving frames; the counters and log make it visible
             for cam in cams:
                 self._count(cam, "failed")
-            self._warn_fail(log.error, "encoding a batch of %d frame(s) failed: %r", len(batch), err)
+            self._warn_fail(log.error, "encoding a frame failed (a batch of %d, each counted): %r", len(batch), err)
             return
         for i, err in res.rejected.items():
             self._reject(cams[i], err)
