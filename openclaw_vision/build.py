@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from .errors import OpenclawError
 from .models.configs import canonical_name
 from .resources import default_model_path
 
@@ -18,7 +19,7 @@ log = logging.getLogger(__name__)
 SAMPLE_CALIBRATION_FRAMES = 64
 
 
-class BuildError(RuntimeError):
+class BuildError(OpenclawError, RuntimeError):
     """A default model could not be built (e.g. the INT8 model failed its accuracy gate)."""
 
 
@@ -35,6 +36,19 @@ def ensure_fp32(model: str, model_path: Path | None = None, checkpoint: Path | N
         res = export_model(model, path, checkpoint)
         log.info("export checked: ONNX Runtime vs PyTorch min cosine %.6f", res.min_cosine)
     return path
+
+
+def ensure_gate_text(model: str, checkpoint: Path | None = None) -> Path:
+    """The FP32 text export of a named model in the data home (made now if missing, as the FP32 export is).
+
+    Every entry point that quantises a named model (`quantize --model`, the ladder, and
+    `ensure_int8`: the demo, first use, `ask`) calls this first, so the INT8 gate has the same
+    checks everywhere, its zero-shot term included: the pipeline finds the text tower there by the
+    image model's id. An FP32 file given by path gets the term only if a text export of its model
+    id is already there (nothing says which weights to export)."""
+    from .text.build import ensure_text_fp32
+
+    return ensure_text_fp32(model, None, checkpoint)
 
 
 def int8_path_for(fp32: Path) -> Path:
@@ -58,6 +72,8 @@ def ensure_int8(model: str, calib: Path | None = None, fp32_path: Path | None = 
     from .quant.report import write
 
     fp32 = ensure_fp32(model, fp32_path)
+    if not fp32_path:
+        ensure_gate_text(model)  # the gate's text term, as `quantize --model` has it
     frames = None
     if calib is None:
         from .preprocess.frame import Frame
@@ -77,16 +93,7 @@ def ensure_int8(model: str, calib: Path | None = None, fp32_path: Path | None = 
         frames=frames,
     )
     write(result, report)
-    if not result["passed"]:
-        raise BuildError(
-            f"INT8 {model} failed its accuracy gate (mean cosine {result['mean_cosine']}, min {result['min_cosine']},"
-            f" NN agreement {result['nn_agreement']}); report in {report}"
-        )
-    log.info(
-        "INT8 gate passed: mean cosine %.6f, min %.6f, %d layers kept float; report in %s",
-        result["mean_cosine"],
-        result["min_cosine"],
-        len(result["kept_float"]),
-        report,
-    )
+    if not result.passed:
+        raise BuildError(f"INT8 {model} failed its accuracy gate ({result.summary()}); report in {report}")
+    log.info("INT8 gate passed: %s; report in %s", result.summary(), report)
     return path

@@ -94,9 +94,9 @@ def _terminate_as_exit():
 
 
 def cmd_quantize(args: argparse.Namespace) -> int:
-    from .build import ensure_fp32, int8_path_for
+    from .build import ensure_fp32, ensure_gate_text, int8_path_for
+    from .errors import OpenclawError
     from .models.configs import canonical_name
-    from .quant.data import CalibrationDataError
     from .quant.evaluate import GateSpec
     from .quant.pipeline import QuantOptions, quantize
     from .quant.report import write
@@ -105,9 +105,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
         model = canonical_name(args.model) if not args.model_path else args.model
         fp32 = ensure_fp32(model, args.model_path, args.checkpoint)
         if not args.model_path and not args.no_text and not args.text_model:
-            from .text.build import ensure_text_fp32
-
-            ensure_text_fp32(model, None, args.checkpoint)  # the gate's text term (built once, like the FP32 export)
+            ensure_gate_text(model, args.checkpoint)  # the gate's text term, as every entry point has it
         opts = QuantOptions(
             fp32_model=fp32,
             calib=args.calib,
@@ -134,29 +132,22 @@ def cmd_quantize(args: argparse.Namespace) -> int:
         )
         with _terminate_as_exit():
             result = quantize(opts)
-    except (CalibrationDataError, KeyError, ValueError, FileNotFoundError) as err:
+    except (OpenclawError, KeyError, ValueError, FileNotFoundError) as err:
         print(f"quantize: {err}", file=sys.stderr)
         return 2
     written = write(result, args.report)
-    zs = result["zero_shot"]["top1_agreement"]
-    numbers = (
-        f"mean cosine {result['mean_cosine']:.6f} (>= {opts.gate.mean_cosine}), min cosine {result['min_cosine']:.6f}"
-        f" (>= {opts.gate.min_cosine}), NN agreement {result['nn_agreement']:.2%} (>= {opts.gate.nn_agreement:.0%}),"
-        + (f" zero-shot agreement {zs:.2%} (>= {opts.gate.zero_shot_top1:.0%})," if zs is not None else "")
-        + f" {len(result['kept_float'])}/{result['layers']} layers kept float"
-    )
     report = ", ".join(str(p) for p in written)
     print(
-        f"{result['seconds']} s, peak RSS {result['peak_rss_mb'] / 1e3:.2f} GB; per phase: "
-        + "; ".join(f"{p['name']} {p['seconds']} s / {p['peak_rss_mb'] / 1e3:.2f} GB" for p in result["phases"])
+        f"{result.seconds} s, peak RSS {result.peak_rss_mb / 1e3:.2f} GB; per phase: "
+        + "; ".join(f"{p['name']} {p['seconds']} s / {p['peak_rss_mb'] / 1e3:.2f} GB" for p in result.phases)
     )
-    if not result["passed"]:
-        print(f"quantize: gate FAILED, no model written: {numbers}\nreport: {report}", file=sys.stderr)
+    if not result.passed:
+        print(f"quantize: gate FAILED, no model written: {result.summary()}\nreport: {report}", file=sys.stderr)
         return 1
-    size = result["size_mb"]
+    size, lat = result.size_mb, result.latency_b1_ms
     print(
-        f"wrote {result['int8_model']} (gate passed: {numbers}; {size['fp32']} -> {size['int8']} MB; "
-        f"batch-1 {result['latency_b1_ms']['fp32']} -> {result['latency_b1_ms']['int8']} ms)\nreport: {report}"
+        f"wrote {result.int8_model} (gate passed: {result.summary()}; {size['fp32']} -> {size['int8']} MB; "
+        f"batch-1 {lat['fp32']} -> {lat['int8']} ms)\nreport: {report}"
     )
     return 0
 
@@ -398,14 +389,17 @@ def build_parser() -> argparse.ArgumentParser:
         default="s8s8",
         help="s8s8: signed symmetric, TensorRT and ONNX Runtime; u8s8: unsigned activations, ONNX Runtime only",
     )
-    p.add_argument("--min-mean-cosine", type=float, default=0.999)
-    p.add_argument("--min-cosine", type=float, default=0.995)
-    p.add_argument("--min-nn-agreement", type=float, default=0.99)
+    p.add_argument("--min-mean-cosine", type=float, default=GateSpec.mean_cosine)
+    p.add_argument("--min-cosine", type=float, default=GateSpec.min_cosine)
+    p.add_argument(
+        "--min-nn-agreement", type=float, default=GateSpec.nn_agreement, help="ties judged by the FP32 margin"
+    )
     p.add_argument(
         "--min-zero-shot-agreement",
         type=float,
         default=GateSpec.zero_shot_top1,
-        help="zero-shot top-1 agreement INT8 vs FP32 on the gate's label set (when a text tower is at hand)",
+        help="zero-shot top-1 agreement INT8 vs FP32 on the gate's label set (when a text tower is at hand);"
+        " ties judged by the FP32 margin",
     )
     p.add_argument(
         "--text-model", type=Path, default=None, help="FP32 text export of the same weights (default: the data home's)"

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from .encoders import BACKENDS, PERFORMANCE_HINTS
+from .errors import OpenclawError
 from .models.configs import MODEL_CONFIGS
 from .ros.types import RELIABILITIES, TRANSPORTS
 from .vlm.tokenizer import DEFAULT_SYSTEM
@@ -31,7 +32,7 @@ from .vlm.tokenizer import DEFAULT_SYSTEM
 IMAGE_TRANSPORTS = ("raw", "compressed")
 
 
-class ConfigError(ValueError):
+class ConfigError(OpenclawError, ValueError):
     """A configuration value that the node cannot run with."""
 
 

@@ -80,6 +80,8 @@ def _gate_of(model_path: Path) -> dict | None:
 
 
 def format_summary(s: dict) -> str:
+    from .quant.evaluate import gate_summary
+
     lat, st = s["latency_ms"], s["stages_ms"]
     lines = [
         "",
@@ -98,8 +100,7 @@ def format_summary(s: dict) -> str:
         *(
             [
                 f"  int8 gate  {'passed' if g['passed'] else 'FAILED'} on held-out frames at 1080p/720p/480p: "
-                f"mean cosine vs FP32 {g['mean_cosine']:.6f}, min {g['min_cosine']:.6f}, "
-                f"NN agreement {g['nn_agreement']:.0%}"
+                + gate_summary(g)
             ]
             if (g := s.get("int8_gate"))
             else []

@@ -88,20 +88,32 @@ def _quantize(model: str, calib: Path, out: Path) -> dict:
     seconds, _ = _child(
         ["quantize", "--model", model, "--calib", str(calib), "--report", str(report)], out / f"{model}.quant.log"
     )
-    r = json.loads((report / "report.json").read_text())
+    from .quant.pipeline import QuantResult
+
+    r = QuantResult.load(report / "report.json")
+    w = r.worst
     return {
         "seconds": seconds,
-        "peak_rss_mb": r["peak_rss_mb"],
-        "phases": r["phases"],
-        "passed": r["passed"],
-        "gate": {k: r[k] for k in ("mean_cosine", "min_cosine", "nn_agreement", "kl")},
-        "kept_float": len(r["kept_float"]),
-        "layers": r["layers"],
-        "frames": {"calibration": r["calibration"]["frames"], "heldout": r["calibration"]["heldout_frames"]},
-        "size_mb": r["size_mb"],
-        "memory": r["memory"],
-        "ranking": r["ranking"],
-        "int8_path": r["int8_model"],
+        "peak_rss_mb": r.peak_rss_mb,
+        "phases": r.phases,
+        "passed": r.passed,
+        "gate": {
+            "mean_cosine": w.mean_cosine,
+            "min_cosine": w.min_cosine,
+            "nn_agreement": w.nn_agreement,
+            "kl": w.kl,
+            "zero_shot_top1": w.zero_shot_top1,  # the text tower `quantize --model` exports
+        },
+        "kept_float": len(r.kept_float),
+        "layers": r.layers,
+        "frames": {
+            "calibration": r.sections["calibration"]["frames"],
+            "heldout": r.sections["calibration"]["heldout_frames"],
+        },
+        "size_mb": r.size_mb,
+        "memory": r.sections["memory"],
+        "ranking": r.sections["ranking"],
+        "int8_path": r.int8_model,
         "report": str(report / "report.md"),
         "load_before": before,
         "load_after": _load(),

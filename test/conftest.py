@@ -60,6 +60,33 @@ def tiny_text_model(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture()
+def data_home(tmp_path, monkeypatch) -> Path:
+    """An empty data home of this test's own (children inherit it): no text tower unless the test puts one there.
+
+    Whether `quantize` finds a text tower beside the image model decides whether the gate has
+    a text term; that must be the test's choice, not a side effect of whichever test ran first
+    in the session's shared home.
+    """
+    home = tmp_path / "ovhome"
+    home.mkdir()
+    monkeypatch.setenv("OPENCLAW_VISION_HOME", str(home))
+    return home
+
+
+@pytest.fixture()
+def home_with_text_tower(data_home, tiny_text_model) -> Path:
+    """`data_home` holding the tiny model's text tower where `quantize` looks for it (same model id)."""
+    import shutil
+
+    from openclaw_vision.text.build import default_text_model_path
+
+    dst = default_text_model_path("tiny")
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(tiny_text_model, dst)
+    return data_home
+
+
 @pytest.fixture(scope="session")
 def sample_bag(tmp_path_factory) -> Path:
     """12 panning 1080p rgb8 frames at 30 fps (mcap)."""

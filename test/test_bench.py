@@ -17,7 +17,7 @@ from openclaw_vision.encoders.openvino import usable as openvino_usable
 pytestmark = pytest.mark.dds
 
 
-def test_quick_bench_writes_json_markdown_and_plots(tiny_model, tmp_path, dds_domain):
+def test_quick_bench_writes_json_markdown_and_plots(tiny_model, tmp_path, dds_domain, data_home):
     out = tmp_path / "bench"
     res = subprocess.run(
         [

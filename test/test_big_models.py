@@ -32,7 +32,7 @@ from openclaw_vision.models.export import ExportCheckError, export_model, finish
 from openclaw_vision.models.vit import VisionTransformer
 from openclaw_vision.quant import calibrate, sensitivity
 from openclaw_vision.quant.calibrate import Range
-from openclaw_vision.quant.evaluate import RUNNERS, Evaluator, Row, worst
+from openclaw_vision.quant.evaluate import Evaluator, GateSpec, worst
 from openclaw_vision.quant.graph import quantisable_layers
 from openclaw_vision.quant.qdq import activation_qparams, build_probe_model, probe_outputs, quantise_weight
 
@@ -153,14 +153,17 @@ def test_the_encoder_runs_an_external_data_model_and_names_a_missing_data_file(e
         OnnxRuntimeEncoder(lonely)
 
 
-def test_quantize_streams_an_external_data_model_into_an_external_data_int8_model(external_tiny, sample_bag, tmp_path):
+def test_quantize_streams_an_external_data_model_into_an_external_data_int8_model(
+    external_tiny, sample_bag, tmp_path, data_home
+):
     from openclaw_vision.quant.pipeline import QuantOptions, quantize
 
     out = tmp_path / "models" / "tiny.int8.onnx"
-    r = quantize(
+    result = quantize(
         QuantOptions(external_tiny.path, sample_bag, out, data_threshold=0, measure_memory=False, sweep="never")
     )
-    assert r["passed"] and r["int8_files"] == ["tiny.int8.onnx", "tiny.int8.onnx.data"]
+    r = result.as_dict()  # report.json's keys
+    assert result.passed and r["int8_files"] == ["tiny.int8.onnx", "tiny.int8.onnx.data"]
     assert sorted(p.name for p in out.parent.iterdir()) == ["tiny.int8.onnx", "tiny.int8.onnx.data"]  # no scratch
     assert onnx_files.read_metadata(out)["external_data"] == "tiny.int8.onnx.data"
     enc = OnnxRuntimeEncoder(out)
@@ -215,9 +218,9 @@ def test_the_probe_measures_each_layers_own_output_error(tiny_model):
 
 
 def test_local_sensitivity_finds_the_layer_reading_an_outlier_channel(tmp_path):
+    from openclaw_vision.encoders.onnxruntime import session
     from openclaw_vision.models.checkpoint import build_model
     from openclaw_vision.models.export import export_onnx
-    from openclaw_vision.quant.evaluate import session
 
     model, model_id = build_model("tiny", seed=0)
     with torch.no_grad():
@@ -241,24 +244,27 @@ def test_rank_agreement_is_spearman():
     assert sensitivity.rank_agreement(list("abcd"), list("dcba")) == -1.0
 
 
-def test_a_new_gate_row_is_one_runner_and_one_row(tiny_model):
-    """What the OpenVINO row will be: another runtime scored on the same held-out frames and checks."""
+def test_a_new_runtime_is_one_entry_and_scores_every_row(tiny_model, monkeypatch):
+    """What the OpenVINO row is: another runtime's encoder scored on the same held-out frames and checks."""
+    from openclaw_vision.quant import runtimes
+
     calls = []
 
-    def halved_threads(model, threads):
+    def one_thread(model, threads):
         calls.append(model)
-        return RUNNERS["onnxruntime"](model, 1)
+        return OnnxRuntimeEncoder(model, threads=1)
 
-    RUNNERS["ort-1-thread"] = halved_threads
-    try:
-        heldout = {"1920x1080": X, "854x480": X[::-1].copy()}
-        ev = Evaluator.from_model(tiny_model, heldout)
-        ev.rows.append(Row("ort-1-thread 1920x1080", "1920x1080", "ort-1-thread"))
-        scores = ev.score(tiny_model)
-    finally:
-        del RUNNERS["ort-1-thread"]
-    assert list(scores) == ["1920x1080", "854x480", "ort-1-thread 1920x1080"] and calls == [tiny_model]
-    assert worst(scores).mean_cosine == pytest.approx(1.0, abs=1e-6)
+    monkeypatch.setitem(runtimes.RUNTIMES, "ort-1-thread", one_thread)
+    heldout = {"1920x1080": X, "854x480": X[::-1].copy()}
+    ev = Evaluator.from_model(tiny_model, heldout)
+    ev.runtimes = ("onnxruntime", "ort-1-thread")
+    scores = ev.gate_rows(tiny_model)
+    assert list(scores) == ["1920x1080", "854x480", "ort-1-thread 1920x1080", "ort-1-thread 854x480"]
+    assert calls == [tiny_model] and worst(scores).mean_cosine == pytest.approx(1.0, abs=1e-6)
+    rows = ev.by_runtime(tiny_model, GateSpec(), ["onnxruntime", "ort-1-thread"])
+    assert all(r["passed"] and set(r["per_resolution"]) == set(heldout) for r in rows.values())
+    with pytest.raises(ValueError, match="unknown runtime 'nope'"):
+        ev.score(tiny_model, "nope")
 
 
 # --- checkpoints at the big widths ----------------------------------------------------------------------
@@ -308,7 +314,7 @@ def test_the_demo_says_how_the_newest_frame_policy_bounds_latency():
     assert policy_line({**slow, "dropped": 0}) is None  # nothing to explain when every frame was encoded
 
 
-def test_ladder_command_runs_a_model_through_every_step(sample_bag, tmp_path):
+def test_ladder_command_runs_a_model_through_every_step(sample_bag, tmp_path, data_home):
     import subprocess
     import sys
 
@@ -321,6 +327,7 @@ def test_ladder_command_runs_a_model_through_every_step(sample_bag, tmp_path):
     rec = json.loads((tmp_path / "tiny.json").read_text())
     assert rec["export"]["peak_rss_mb"] > 0 and rec["export"]["check_images"] == 4
     assert rec["quantize"]["passed"] and rec["quantize"]["memory"]["int8"]["session_mb"] > 0
+    assert rec["quantize"]["gate"]["zero_shot_top1"] >= 0.99  # the same gate as every entry point: text term in
     assert rec["latency"]["fp32"]["n"] >= 8 and rec["latency"]["frame"] == "1920x1080 rgb8"
     md = (tmp_path / "ladder.md").read_text()
     assert "| tiny |" in md and "ladder --models tiny" in md and "AVX-512 VNNI" in md

@@ -21,19 +21,28 @@ pytestmark = pytest.mark.skipif(not usable()[0], reason=f"openvino not usable he
 
 
 @pytest.fixture(scope="module")
-def tiny_int8(tiny_model, tmp_path_factory):
-    """The tiny tower quantised by the real pipeline, gated on every installed runtime."""
+def tiny_int8(tiny_model, tiny_text_model, tmp_path_factory):
+    """The tiny tower quantised by the real pipeline, gated on every installed runtime, text term included
+    (its text tower named here: not whatever an earlier test left in the shared data home)."""
     from openclaw_vision.preprocess.frame import Frame
     from openclaw_vision.quant.pipeline import QuantOptions, quantize
     from openclaw_vision.sample_frames import pan_frames
 
     out = tmp_path_factory.mktemp("int8") / "tiny.int8.onnx"
     frames = [Frame.from_rgb(f) for f in pan_frames(16)]
-    report = quantize(
-        QuantOptions(fp32_model=tiny_model, calib=out, out=out, sensitivity=False, measure_memory=False), frames
+    result = quantize(
+        QuantOptions(
+            fp32_model=tiny_model,
+            calib=out,
+            out=out,
+            sensitivity=False,
+            measure_memory=False,
+            text_model=tiny_text_model,
+        ),
+        frames,
     )
-    assert report["passed"], report
-    return out, report
+    assert result.passed, result.summary()
+    return out, result.as_dict()
 
 
 def _pixels(n: int = 4) -> np.ndarray:
@@ -86,10 +95,11 @@ def test_int8_gate_is_measured_on_each_runtime_and_written_into_the_model(tiny_i
     from openclaw_vision.quant.report import markdown
 
     md = markdown(report)
-    assert "| runtime | mean cos |" in md and "| openvino | " in md and "| onnxruntime | " in md
+    assert "| runtime | mean cosine |" in md and "| openvino | " in md and "| onnxruntime | " in md
     # what the report promises: these embeddings are the ones the openvino row scored
     ort = OnnxRuntimeEncoder(path, threads=1)
     x = _pixels(2)
+    # > 0.99: two runtimes' INT8 roundings of one Q/DQ model, each within the gate's min cosine (0.995) of FP32
     assert float(np.min(np.sum(enc.encode(x).vectors * ort.encode(x).vectors, axis=1))) > 0.99
 
 
@@ -163,3 +173,46 @@ def test_missing_truncated_and_foreign_models_are_clear_errors(backend, tiny_mod
 def test_unknown_performance_hint_is_refused(tiny_model):
     with pytest.raises(EncoderError, match="unknown performance_hint 'fastest'"):
         OpenVinoEncoder(tiny_model, performance_hint="fastest")
+
+
+_GATE_IN_A_CHILD = """
+import json, sys
+import numpy as np
+from openclaw_vision.preprocess.cpu import CpuPreprocessor
+from openclaw_vision.preprocess.frame import Frame
+from openclaw_vision.preprocess.spec import PreprocessSpec
+from openclaw_vision.quant import crossmodal
+from openclaw_vision.quant.evaluate import Evaluator, GateSpec
+from openclaw_vision.sample_frames import pan_frames
+
+fp32, int8, text = sys.argv[1:4]
+pre = CpuPreprocessor(PreprocessSpec(size=224))
+x = np.concatenate([pre(Frame.from_rgb(f))[None] for f in pan_frames(12, 640, 360)])
+ev = Evaluator.from_model(fp32, {"640x360": x}, 1, crossmodal.load_reference(text, "tiny@random-seed0"))
+row = ev.by_runtime(int8, GateSpec(), ["openvino"])["openvino"]
+print(json.dumps({k: v for k, v in row.items() if k != "per_resolution"}))
+"""
+
+
+@pytest.mark.parametrize("isa", ["", "AVX2"], ids=["onednn-default-isa", "ONEDNN_MAX_CPU_ISA=AVX2"])
+def test_the_openvino_gate_holds_on_each_onednn_isa(tiny_int8, tiny_model, tiny_text_model, isa):
+    """oneDNN picks its INT8 kernels by ISA (VNNI where there is one) and OpenVINO honours ONEDNN_MAX_CPU_ISA
+    (in a child: the ISA is fixed when oneDNN loads). Measured on this VNNI EPYC: AVX2 moved a tiny INT8
+    model's embeddings by up to 1.8e-2, and this model's OpenVINO mean cosine from passing to 0.99895 (the
+    bar is 0.999): the per-runtime verdict is the ISA's own, which is why it is measured where the model is
+    quantised. What must hold on either kernel set: the zero-shot term (near-ties are ties, whichever way the
+    kernels break them) and the min-cosine bound (0.995; worst measured 0.99861)."""
+    import os
+    import subprocess
+    import sys
+
+    from openclaw_vision.quant.evaluate import GateSpec
+
+    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": isa} if isa else {**os.environ}
+    res = subprocess.run(
+        [sys.executable, "-c", _GATE_IN_A_CHILD, str(tiny_model), str(tiny_int8[0]), str(tiny_text_model)],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    row = json.loads(res.stdout.strip().splitlines()[-1])
+    assert row["zero_shot_top1"] >= GateSpec().zero_shot_top1 and row["min_cosine"] >= GateSpec().min_cosine, row

@@ -124,20 +124,50 @@ def test_zero_shot_gate_metrics_agree_with_their_definitions(tiny_text_model):
     ref /= np.linalg.norm(ref, axis=1, keepdims=True)
     same = compare(ref, ref, text)
     assert same.zero_shot_top1 == 1.0 and same.zero_shot_kl == pytest.approx(0, abs=1e-9)
-    # moving every frame onto another label's text embedding changes its top label
+    # moving every frame onto another label's text embedding: a perturbation this size widens the tie band
+    # too (the tiny tower's labels are near one another), so the cosine checks are what fail it
     moved = text.embeddings[(np.argmax(ref @ text.embeddings.T, axis=1) + 1) % len(text.labels)]
     m = compare(moved, ref, text)
-    assert m.zero_shot_top1 == 0.0 and m.zero_shot_kl > 0
+    assert m.zero_shot_top1 < 1.0 and m.zero_shot_kl > 0
     assert not m.passes(GateSpec()) and compare(ref, ref).zero_shot_top1 is None  # no text tower, no text term
     w = worst({"a": same, "b": m})
-    assert w.zero_shot_top1 == 0.0 and w.zero_shot_kl == m.zero_shot_kl
+    assert w.zero_shot_top1 == m.zero_shot_top1 and w.zero_shot_kl == m.zero_shot_kl
     assert crossmodal.text_term() == 0.0  # the text tower stays FP32
     assert crossmodal.text_term(text.embeddings + 0.1, text.embeddings) == pytest.approx(32 * 0.01, rel=1e-5)
     with pytest.raises(ModelMismatch):
         crossmodal.load_reference(tiny_text_model, "tiny@random-seed9")
 
 
-def test_quantize_reports_the_text_term_and_the_cmcd(tiny_model, tiny_text_model, sample_bag, tmp_path):
+def _frames(*cosines: list[float]) -> np.ndarray:
+    """Unit frames in 8 dimensions whose cosines with the labels (the first 5 axes) are exactly `cosines`."""
+    rows = np.zeros((len(cosines), 8))
+    rows[:, :5] = cosines
+    rows[:, 7] = np.sqrt(1 - np.sum(rows[:, :5] ** 2, axis=1))
+    return rows
+
+
+def test_the_zero_shot_term_judges_ties_by_the_fp32_margin():
+    """A frame agrees when INT8 picks FP32's label, or another one FP32 scored within INT8's perturbation of
+    the frame's other labels (the tie rule, `evaluate.top1_agreement`)."""
+    text = crossmodal.TextReference(("a", "b", "c", "d", "e"), np.eye(5, 8), 100.0, "m@1", path="")
+    cases = {  # FP32 cosines with a..e, INT8 cosines, agreement
+        "exact tie": ([0.5, 0.5, 0.1, 0.2, 0.3], [0.499, 0.501, 0.1005, 0.1995, 0.3], 1.0),
+        "near-tie flip": ([0.5, 0.499, 0.1, 0.2, 0.3], [0.4985, 0.5005, 0.103, 0.197, 0.302], 1.0),
+        "clear-margin flip": ([0.6, 0.4, 0.1, 0.2, 0.3], [0.45, 0.55, 0.1005, 0.1995, 0.3], 0.0),
+        "no flip, moved": ([0.6, 0.4, 0.1, 0.2, 0.3], [0.58, 0.41, 0.12, 0.2, 0.29], 1.0),
+    }
+    for name, (fp32, int8, agrees) in cases.items():
+        m = compare(_frames(int8), _frames(fp32), text)
+        assert m.zero_shot_top1 == agrees, name
+        assert m.zero_shot_kl > 0, name  # the score KL has no tie rule: it is reported as measured
+    flip = compare(_frames(*[cases["clear-margin flip"][1]] * 2), _frames(*[cases["clear-margin flip"][0]] * 2), text)
+    assert not any(c.passes(flip) for c in GateSpec().checks() if c.metric == "zero_shot_top1")
+    # the same rule makes an exact FP32 tie agree whichever way it falls, and an identical model agree
+    same = _frames([0.5, 0.5, 0.1, 0.2, 0.3])
+    assert compare(same, same, text).zero_shot_top1 == 1.0
+
+
+def test_quantize_reports_the_text_term_and_the_cmcd(tiny_model, tiny_text_model, sample_bag, tmp_path, data_home):
     out, report = tmp_path / "tiny.int8.onnx", tmp_path / "report"
     res = subprocess.run(
         [sys.executable, "-m", "openclaw_vision.cli", "quantize", "--model-path", str(tiny_model), "--calib",

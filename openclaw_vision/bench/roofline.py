@@ -27,8 +27,9 @@ def _best_rate(fn, flops: float, repeats: int) -> float:
 
 def ort_gemm_peak_gflops(n: int, repeats: int, threads: int = 0) -> float:
     """Best float32 MatMul rate of ONNX Runtime on the CPU, GFLOP/s."""
-    import onnxruntime as ort
     from onnx import TensorProto, helper
+
+    from ..encoders.onnxruntime import session
 
     graph = helper.make_graph(
         [helper.make_node("MatMul", ["a", "b"], ["c"])],
@@ -37,9 +38,7 @@ def ort_gemm_peak_gflops(n: int, repeats: int, threads: int = 0) -> float:
         [helper.make_tensor_value_info("c", TensorProto.FLOAT, [n, n])],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads or (os.cpu_count() or 1)
-    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    sess = session(model.SerializeToString(), threads, spinning=True)  # ORT's default: spinning, for the peak
     rng = np.random.default_rng(0)
     feeds = {x: rng.standard_normal((n, n), dtype=np.float32) for x in ("a", "b")}
     return _best_rate(lambda: sess.run(None, feeds), 2 * n**3, repeats)
@@ -116,11 +115,9 @@ def int8_gemm_call(runtime: str, n: int, threads: int = 0):
     x = np.random.default_rng(1).uniform(-4, 4, (n, n)).astype(np.float32)
     blob = qdq_matmul_model(n)
     if runtime == "onnxruntime":
-        import onnxruntime as ort
+        from ..encoders.onnxruntime import session
 
-        from ..encoders.onnxruntime import session_options
-
-        sess = ort.InferenceSession(blob, session_options(threads), providers=["CPUExecutionProvider"])
+        sess = session(blob, threads)
         return lambda: sess.run(None, {"a": x})
     if runtime == "openvino":
         import openvino as ov

@@ -17,6 +17,7 @@ import numpy as np
 from ..preprocess.cpu import CpuPreprocessor
 from ..preprocess.frame import Frame
 from ..preprocess.reference import reference_preprocess
+from ..quant.runtimes import RUNTIMES
 from ..sample_frames import pan_frames
 from .harness import Variant, run_interleaved, summarise
 from .report import INT8_RUNTIMES
@@ -61,7 +62,7 @@ def stage_variants(
         "ort_threads": ort.threads,
         "torch_threads": torch.get_num_threads(),
         "openvino": why,
-        "int8_gate_by_runtime": {rt: int8.info.gate_on(rt) for rt in ("onnxruntime", "openvino")},
+        "int8_gate_by_runtime": {rt: int8.info.gate_on(rt) for rt in RUNTIMES},
     }
     for b in batches:
         x = np.ascontiguousarray(np.resize(pixels, (b, *pixels.shape[1:])))

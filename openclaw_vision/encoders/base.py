@@ -16,6 +16,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from ..errors import OpenclawError
+from ..numerics import l2_normalise  # noqa: F401 - the encoders' import of it
+
 
 @dataclass
 class Embedding:
@@ -27,11 +30,6 @@ class Embedding:
     @property
     def dim(self) -> int:
         return int(self.vectors.shape[1])
-
-
-def l2_normalise(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
-    x = np.asarray(x, np.float32)
-    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), eps)
 
 
 #: Largest batch a model with a dynamic batch axis is run at by default (our exports have one);
@@ -85,7 +83,7 @@ class HostInput:
         return None
 
 
-class EncoderError(RuntimeError):
+class EncoderError(OpenclawError, RuntimeError):
     """A model that cannot be loaded or an input it cannot take."""
 
 
@@ -187,7 +185,9 @@ def check_gate(info: ModelInfo, backend: str, policy: str, log) -> None:
             raise BackendUnsuitable(why)
         log.warning("%s; re-run `openclaw-vision quantize` with %s installed to gate it there", why, backend)
     elif not gate.get("passed"):
+        from ..quant.evaluate import gate_summary
+
         raise BackendUnsuitable(
-            f"{info.model_id} (INT8) failed its accuracy gate on {backend}: mean cosine {gate.get('mean_cosine')}, "
-            f"min {gate.get('min_cosine')}, NN agreement {gate.get('nn_agreement')}; use backend onnxruntime"
+            f"{info.model_id} (INT8) failed its accuracy gate on {backend}: {gate_summary(gate)};"
+            " use backend onnxruntime"
         )

@@ -34,9 +34,9 @@ def model_metadata(path: Path) -> dict[str, str]:
     try:
         import onnx
     except ImportError:  # fall back to ONNX Runtime (always installed), at the cost of loading the graph
-        import onnxruntime as ort
+        from .onnxruntime import session
 
-        sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        sess = session(path, 1)
         return dict(sess.get_modelmeta().custom_metadata_map)
     proto = onnx.load(str(path), load_external_data=False)
     return {p.key: p.value for p in proto.metadata_props}

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from ..errors import OpenclawError
 from .configs import TextConfig, VisionConfig, get_config, get_text_config
 from .text import TextTransformer
 from .vit import VisionTransformer
@@ -23,7 +24,7 @@ from .vit import VisionTransformer
 log = logging.getLogger(__name__)
 
 
-class CheckpointError(ValueError):
+class CheckpointError(OpenclawError, ValueError):
     """A checkpoint that does not fit the architecture it is loaded into."""
 
 

@@ -40,6 +40,7 @@ import numpy as np
 import onnx
 import torch
 
+from ..errors import OpenclawError
 from ..phases import PhaseLog
 from . import onnx_files
 from .checkpoint import build_model, build_text_model
@@ -73,7 +74,7 @@ class ExportResult:
     phases: list[dict] = field(default_factory=list)  # name, seconds, peak RSS (phases.PhaseLog)
 
 
-class ExportCheckError(RuntimeError):
+class ExportCheckError(OpenclawError, RuntimeError):
     """ONNX Runtime and PyTorch disagree on the exported graph."""
 
 
@@ -245,11 +246,9 @@ def compare_onnx(
     path: Path, io: TowerIO, cases: list[CheckCase], refs: list[np.ndarray], min_cosine: float = 0.9999
 ) -> float:
     """Run ONNX Runtime on every case; the worst cosine against PyTorch's `refs` (raises below `min_cosine`)."""
-    import onnxruntime as ort
+    from ..encoders.onnxruntime import session
 
-    from ..encoders.onnxruntime import session_options
-
-    sess = ort.InferenceSession(str(path), session_options(), providers=["CPUExecutionProvider"])
+    sess = session(path)
     worst = 1.0
     for case, ref in zip(cases, refs, strict=True):
         for x in case.runtime_inputs:

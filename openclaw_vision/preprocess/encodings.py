@@ -63,6 +63,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import OpenclawError
+
 
 @dataclass(frozen=True)
 class Encoding:
@@ -126,7 +128,7 @@ RGB_INDEX: dict[str, tuple[int, int, int]] = {
 }
 
 
-class FrameError(ValueError):
+class FrameError(OpenclawError, ValueError):
     """An image whose bytes do not describe a frame we can use."""
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..numerics import kl_from_logits
 from ..text.zero_shot import LabelSet, ModelMismatch, check_same_model
 
 log = logging.getLogger(__name__)
@@ -81,17 +82,18 @@ def find_reference(image_model_id: str, text_model: Path | None, threads: int = 
     return ref, f"{len(ref.labels)} labels through the FP32 text tower {ref.model_id}"
 
 
-def _log_softmax(z: np.ndarray) -> np.ndarray:
-    z = z - z.max(axis=1, keepdims=True)
-    return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
-
-
 def zero_shot(candidate: np.ndarray, reference: np.ndarray, text: TextReference) -> tuple[float, float]:
-    """(top-1 agreement, mean KL(p_ref ‖ p_candidate)) of unit image rows of the same frames."""
-    logp = _log_softmax(text.logit_scale * (reference @ text.embeddings.T))
-    logq = _log_softmax(text.logit_scale * (candidate @ text.embeddings.T))
-    agree = np.argmax(logp, axis=1) == np.argmax(logq, axis=1)
-    kl = np.sum(np.exp(logp) * (logp - logq), axis=1)
+    """(top-1 agreement, mean KL(p_ref ‖ p_candidate)) of unit image rows of the same frames.
+
+    Agreement follows the gate's tie rule (`evaluate.top1_agreement`): a frame where INT8 picks
+    another label than FP32 agrees when FP32 scored the two closer than the INT8 model moved that
+    frame's other label scores (a near-tie the integer kernels decide).
+    The KL is over every label and has no tie rule: it is reported."""
+    from .evaluate import top1_agreement
+
+    ref_cos, cand_cos = reference @ text.embeddings.T, candidate @ text.embeddings.T
+    agree = top1_agreement(ref_cos, cand_cos)
+    kl = kl_from_logits(text.logit_scale * ref_cos, text.logit_scale * cand_cos)
     return float(agree.mean()), float(kl.mean())
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from ..errors import OpenclawError
 from ..preprocess.compressed import CompressedFrame
 from ..preprocess.cpu import CpuPreprocessor
 from ..preprocess.encodings import FrameError
@@ -27,7 +28,7 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
 GATE_RESOLUTIONS = ((1920, 1080), (1280, 720), (854, 480))
 
 
-class CalibrationDataError(ValueError):
+class CalibrationDataError(OpenclawError, ValueError):
     """The calibration source cannot be read or holds too few frames."""
 
 

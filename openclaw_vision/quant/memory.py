@@ -32,12 +32,11 @@ def _peak_mb() -> float:
 def measure_here(model: Path) -> dict[str, float]:
     """Peak RSS over loading `model` and one batch-1 run, and what stays resident after it (steady)."""
     import numpy as np
-    import onnxruntime as ort
 
     base = _peak_mb()
-    from ..encoders.onnxruntime import session_options
+    from ..encoders.onnxruntime import session
 
-    sess = ort.InferenceSession(str(model), session_options(), providers=["CPUExecutionProvider"])
+    sess = session(model)
     inp = sess.get_inputs()[0]
     size = inp.shape[-1] if isinstance(inp.shape[-1], int) else 224
     sess.run(None, {inp.name: np.zeros((1, 3, size, size), np.float32)})

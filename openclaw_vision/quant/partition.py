@@ -49,7 +49,7 @@ def choose(
 
     def trial(k: int) -> Trial:
         if k not in trials:
-            t = Trial(k, evaluator.score(build(frozenset(order[:k]))))
+            t = Trial(k, evaluator.gate_rows(build(frozenset(order[:k]))))
             w = worst(t.metrics)
             log(
                 f"keep {k} float: mean cos {w.mean_cosine:.6f} min {w.min_cosine:.6f} "

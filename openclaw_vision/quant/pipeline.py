@@ -15,6 +15,12 @@ Phases, in order (each timed, with its own peak RSS, in the report):
 
 At no point are two FP32 sessions, or more than one INT8 session, open together; the weights are
 on disk once in FP32 and once in INT8 (see workspace.py).
+
+Each phase is a function returning a typed result (`calibration_phase` → Calibration,
+`methods_phase` → MethodScore per method, `sensitivity_phase` → Ranking, `partition.choose` →
+Partition, `Evaluator.by_runtime`, `checks_phase` → Checks); `quantize` runs them in order and
+returns one `QuantResult`, which every entry point (`quantize`, `build.ensure_int8`, the ladder
+through the CLI) reads by attribute and `report.write` saves.
 """
 
 from __future__ import annotations
@@ -22,18 +28,19 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from ..encoders.onnxruntime import session
 from ..models import onnx_files
 from ..phases import PhaseLog
 from . import calibrate, crossmodal, data, memory, partition, sensitivity
-from .evaluate import Evaluator, GateSpec, embed, session, worst
+from .evaluate import Evaluator, GateSpec, Metrics, embed, gate_summary, worst
 from .graph import quantisable_layers
 from .qdq import SCHEMES, build_probe_model, build_qdq_model, build_switch_model
-from .runtimes import gate_by_runtime, stamp
+from .runtimes import installed_runtimes, stamp
 from .sensitivity import PROBE_FRAMES
 from .workspace import Workspace
 
@@ -92,6 +99,70 @@ class QuantOptions:
     measure_memory: bool = True
     text_model: Path | None = None  # FP32 text export for the gate's text term; None: the data home's, if any
     text: bool = True  # False: no text term
+    partition_runtimes: tuple[str, ...] = ("onnxruntime",)  # the runtimes the partition's gate scores on
+
+
+#: report.json keys that are the rounded worst metrics (`as_dict` writes them from `worst`).
+_WORST_KEYS = ("mean_cosine", "min_cosine", "nn_agreement", "kl")
+
+
+@dataclass
+class QuantResult:
+    """What `quantize` returns, read by attribute (cli, build, report); `as_dict()` is report.json (stable keys).
+
+    The verdict and what every caller prints are fields; the report's other sections (calibration,
+    trials, sensitivity, memory...) travel in `sections` under their report.json keys."""
+
+    passed: bool
+    model: str
+    gate: GateSpec
+    worst: Metrics
+    kept_float: list[str]
+    layers: int
+    int8_model: str | None
+    size_mb: dict[str, float]
+    latency_b1_ms: dict[str, float]
+    phases: list[dict]
+    peak_rss_mb: float
+    seconds: float
+    sections: dict = field(default_factory=dict)
+
+    def summary(self) -> str:
+        """The gate in one line with its bounds, and how many layers stayed float: every pass/fail message."""
+        return f"{gate_summary(self.worst, self.gate)}, {len(self.kept_float)}/{self.layers} layers kept float"
+
+    @classmethod
+    def load(cls, report_json: Path) -> QuantResult:
+        """The result a `quantize` run (often another process: the ladder's child) saved as report.json."""
+        r = json.loads(Path(report_json).read_text())
+        checks = r["gate"]["checks"]
+        own = {f for f in cls.__dataclass_fields__ if f not in ("gate", "worst", "sections")}
+        return cls(
+            **{k: r[k] for k in own},
+            gate=GateSpec(**{c["metric"]: c["bound"] for c in checks if c["bound"] is not None}),
+            worst=Metrics(**{c["metric"]: c["value"] for c in checks}),
+            sections={k: v for k, v in r.items() if k not in own and k not in _WORST_KEYS},
+        )
+
+    def as_dict(self) -> dict:
+        w = self.worst
+        return {
+            "passed": self.passed,
+            "model": self.model,
+            "int8_model": self.int8_model,
+            "mean_cosine": round(w.mean_cosine, 7),
+            "min_cosine": round(w.min_cosine, 7),
+            "nn_agreement": round(w.nn_agreement, 4),
+            "kl": float(f"{w.kl:.4g}"),
+            "kept_float": self.kept_float,
+            "layers": self.layers,
+            "size_mb": self.size_mb,
+            "latency_b1_ms": self.latency_b1_ms,
+            "phases": self.phases,
+            "peak_rss_mb": self.peak_rss_mb,
+            "seconds": self.seconds,
+            **self.sections,
+        }
 
 
 def _progress():
@@ -125,8 +196,116 @@ def _latency_ms(sessions: dict, x: np.ndarray, budget_s: float = 20.0, rounds: i
     return {k: round(float(np.median(v)), 2) for k, v in times.items()}
 
 
-def quantize(opts: QuantOptions, frames=None) -> dict:
-    """Run the whole job and return the report dict (`report.write` saves it). See the module doc.
+@dataclass
+class Calibration:
+    """The one FP32 pass: activation ranges per calibration method, the held-out reference embeddings, its cost."""
+
+    ranges: dict[str, dict]
+    reference: dict[str, np.ndarray]
+    images_per_run: int
+    fp32_s_per_image: float
+
+
+def calibration_phase(ws: Workspace, layers, qdata, opts: QuantOptions, progress) -> Calibration:
+    """Activation statistics on the calibration frames and reference embeddings in one FP32 session, then closed."""
+    tensors = sorted({layer.activation for layer in layers})
+    observe = ws.write(calibrate.observation_model(ws.graph, tensors), "observe")
+    obs = session(observe, opts.threads, level="basic", quiet=True)
+    batch = calibrate.observe_batch(obs, tensors)
+    t = time.perf_counter()
+    stats = calibrate.collect_stats(obs, tensors, qdata.batches(batch), progress)
+    per_image = (time.perf_counter() - t) / qdata.calibration_frames
+    # same batch: ONNX Runtime keeps every graph output of a run alive until it ends, fetched or not
+    reference = {res: embed(obs, x, batch) for res, x in qdata.heldout.items()}
+    del obs
+    ranges = {m: calibrate.compute_ranges(stats, m, opts.percentile) for m in calibrate.METHODS}
+    return Calibration(ranges, reference, batch, per_image)
+
+
+@dataclass
+class MethodScore:
+    """One calibration method with every layer INT8, scored on the gate's rows."""
+
+    scores: dict[str, Metrics]
+    passed: bool
+
+    def as_dict(self) -> dict:
+        return {"worst": worst(self.scores).as_dict(), "passed": self.passed, "rows": list(self.scores)}
+
+
+def methods_phase(evaluator: Evaluator, build, opts: QuantOptions, big: bool) -> dict[str, MethodScore]:
+    """Each calibration method, every layer INT8 (a big model: the methods not chosen on the native row only)."""
+    out = {}
+    for m in calibrate.METHODS:
+        rows = [evaluator.rows[0].name] if big and m != opts.method else None
+        scored = evaluator.gate_rows(build(frozenset(), m), rows)
+        out[m] = MethodScore(scored, worst(scored).passes(opts.gate))
+        log.info("calibration %s, all layers INT8: %s", m, worst(scored).as_dict())
+    return out
+
+
+@dataclass
+class Ranking:
+    """The order in which the partition keeps layers float, and the measurements behind it."""
+
+    order: list[str]
+    local: list = field(default_factory=list)  # sensitivity.LocalError per layer (one pass)
+    sweep: list = field(default_factory=list)  # sensitivity.LayerSensitivity per layer (end to end)
+    sweep_cost: float = 0.0  # its estimated seconds
+
+
+def sensitivity_phase(ws, layers, qdata, cal: Calibration, evaluator, opts, probe_n, needed, phases, progress):
+    """Local SQNR in one pass and, where affordable, the end-to-end sweep, whose ranking then wins."""
+    rank = Ranking([layer.node for layer in layers])
+    rank.sweep_cost = len(layers) * min(sensitivity.SWEEP_FRAMES, len(qdata.native)) * cal.fp32_s_per_image * 1.5
+    run_sweep = opts.sweep == "always" or (opts.sweep == "auto" and rank.sweep_cost <= opts.sweep_budget_s)
+    if not needed:
+        return rank
+    ranges = cal.ranges[opts.method]
+    with phases.phase("sensitivity, local (one pass)"):
+        probe = build_probe_model(ws.graph, layers, ranges, opts.scheme, weights=ws.weights)
+        probe_sess = session(ws.write(probe, "probe"), opts.threads, quiet=True)
+        probe_x = data.spread(qdata.calibration, probe_n)
+        # one image per run: ONNX Runtime schedules the probe branches late, so a run holds
+        # nearly every activation of the network at once (ViT-L-14: +1.7 GB at batch 4, +0.4 GB at 1)
+        rank.local = sensitivity.local(layers, probe_sess, (probe_x[i : i + 1] for i in range(len(probe_x))))
+        del probe_sess
+        rank.order = sensitivity.local_ranking(rank.local)
+    if run_sweep:
+        with phases.phase("sensitivity, end-to-end sweep"):
+            switch = build_switch_model(ws.graph, layers, ranges, opts.scheme, ws.weights)
+            native = next(iter(qdata.heldout))
+            rank.sweep = sensitivity.sweep(layers, ws.write(switch, "switch"), evaluator, native, progress)
+            rank.order = sensitivity.ranking(rank.sweep)
+    return rank
+
+
+@dataclass
+class Checks:
+    """The written model's checks: batch invariance, an indicative latency, session memory (fresh processes)."""
+
+    batch_invariance_max_abs: float
+    latency_b1_ms: dict[str, float]
+    memory: dict = field(default_factory=dict)
+
+
+def checks_phase(int8_path: Path, qdata, opts: QuantOptions, big: bool, phases: PhaseLog) -> Checks:
+    with phases.phase("checks: batch invariance and latency"):
+        int8_sess = session(int8_path, opts.threads, quiet=True)
+        few = qdata.native[: 4 if big else 8]
+        one, eight = embed(int8_sess, few, batch=1), embed(int8_sess, few, batch=8)
+        fp32_sess = session(opts.fp32_model, opts.threads, quiet=True)
+        latency = _latency_ms({"fp32": fp32_sess, "int8": int8_sess}, qdata.native[:1])
+        del int8_sess, fp32_sess
+    mem = {}
+    if opts.measure_memory:
+        with phases.phase("session memory (fresh processes)"):
+            mem = {"fp32": memory.measure(opts.fp32_model), "int8": memory.measure(int8_path)}
+    return Checks(float(f"{np.abs(one - eight).max():.3g}"), latency, mem)
+
+
+def quantize(opts: QuantOptions, frames=None) -> QuantResult:
+    """Run the whole job and return its result (`report.write` saves it). See the module doc.
 
     `frames`: calibration frames already in memory (any iterable); `opts.calib` is then only their description.
     """
@@ -172,24 +351,15 @@ def quantize(opts: QuantOptions, frames=None) -> dict:
             ws.quantise_weights(layers, progress)
 
         with phases.phase("FP32: calibration pass and reference embeddings"):
-            tensors = sorted({layer.activation for layer in layers})
-            obs = session(ws.write(calibrate.observation_model(ws.graph, tensors), "observe"), opts.threads, "basic")
-            batch = calibrate.observe_batch(obs, tensors)
-            t = time.perf_counter()
-            stats = calibrate.collect_stats(obs, tensors, qdata.batches(batch), progress)
-            fp32_s_per_image = (time.perf_counter() - t) / qdata.calibration_frames
-            # same batch: ONNX Runtime keeps every graph output of a run alive until it ends, fetched or not
-            reference = {res: embed(obs, x, batch) for res, x in qdata.heldout.items()}
-            del obs
-        ranges = {m: calibrate.compute_ranges(stats, m, opts.percentile) for m in calibrate.METHODS}
+            cal = calibration_phase(ws, layers, qdata, opts, progress)
+        ranges, reference, batch, fp32_s_per_image = cal.ranges, cal.reference, cal.images_per_run, cal.fp32_s_per_image
         text_ref, text_note = (
             crossmodal.find_reference(meta.get("model_id", opts.fp32_model.stem), opts.text_model, opts.threads)
             if opts.text
             else (None, "not computed (--no-text)")
         )
         log.info("zero-shot text term: %s", text_note)
-        evaluator = Evaluator(qdata.heldout, reference, opts.threads, text=text_ref)
-        native = next(iter(qdata.heldout))
+        evaluator = Evaluator(qdata.heldout, reference, opts.threads, text=text_ref, runtimes=opts.partition_runtimes)
         built = {"n": 0}
 
         def build(keep: frozenset[str], method: str = opts.method) -> Path:
@@ -198,37 +368,12 @@ def quantize(opts: QuantOptions, frames=None) -> dict:
             return ws.write(model, f"candidate{built['n']}")
 
         with phases.phase("calibration methods, every layer INT8"):
-            methods = {}
-            for m in calibrate.METHODS:
-                rows = [evaluator.rows[0].name] if big and m != opts.method else None
-                scored = evaluator.score(build(frozenset(), m), rows)
-                methods[m] = {
-                    "worst": worst(scored).as_dict(),
-                    "passed": worst(scored).passes(opts.gate),
-                    "rows": list(scored),
-                }
-                log.info("calibration %s, all layers INT8: %s", m, methods[m]["worst"])
-                if m == opts.method:
-                    all_int8 = scored
+            methods = methods_phase(evaluator, build, opts, big)
+        all_int8 = methods[opts.method].scores
 
-        local, sens, order = [], [], [layer.node for layer in layers]
-        sweep_cost = len(layers) * min(sensitivity.SWEEP_FRAMES, len(qdata.native)) * fp32_s_per_image * 1.5
-        run_sweep = opts.sweep == "always" or (opts.sweep == "auto" and sweep_cost <= opts.sweep_budget_s)
-        if opts.sensitivity or not worst(all_int8).passes(opts.gate):  # the partition needs a ranking
-            with phases.phase("sensitivity, local (one pass)"):
-                probe = build_probe_model(ws.graph, layers, ranges[opts.method], opts.scheme, weights=ws.weights)
-                probe_sess = session(ws.write(probe, "probe"), opts.threads)
-                probe_x = data.spread(qdata.calibration, probe_n)
-                # one image per run: ONNX Runtime schedules the probe branches late, so a run holds
-                # nearly every activation of the network at once (ViT-L-14: +1.7 GB at batch 4, +0.4 GB at 1)
-                local = sensitivity.local(layers, probe_sess, (probe_x[i : i + 1] for i in range(len(probe_x))))
-                del probe_sess
-                order = sensitivity.local_ranking(local)
-            if run_sweep:
-                with phases.phase("sensitivity, end-to-end sweep"):
-                    switch = build_switch_model(ws.graph, layers, ranges[opts.method], opts.scheme, ws.weights)
-                    sens = sensitivity.sweep(layers, ws.write(switch, "switch"), evaluator, native, progress)
-                    order = sensitivity.ranking(sens)
+        needed = opts.sensitivity or not worst(all_int8).passes(opts.gate)  # the partition needs a ranking
+        rank = sensitivity_phase(ws, layers, qdata, cal, evaluator, opts, probe_n, needed, phases, progress)
+        local, sens, order, sweep_cost = rank.local, rank.sweep, rank.order, rank.sweep_cost
         with phases.phase("partition"):
             part = partition.choose(order, build, evaluator, opts.gate, max_float, log.info, all_int8)
 
@@ -253,22 +398,13 @@ def quantize(opts: QuantOptions, frames=None) -> dict:
             weights=ws.weights,
         )
         with phases.phase("gate on every installed runtime"):
-            by_runtime = gate_by_runtime(ws.write(final, "final"), evaluator, opts.gate)  # as each one rounds it
+            # as each runtime rounds it, through the node's encoder for it
+            by_runtime = evaluator.by_runtime(ws.write(final, "final"), opts.gate, installed_runtimes())
             stamp(final, by_runtime)
         with onnx_files.Staged(opts.out) as stage:
             with phases.phase("write the INT8 model"):
                 ws.finalize(ws.write(final, "final"), stage.path, opts.data_threshold)
-            with phases.phase("checks: batch invariance and latency"):
-                int8_sess = session(stage.path, opts.threads)
-                few = qdata.native[: 4 if big else 8]
-                one, eight = embed(int8_sess, few, batch=1), embed(int8_sess, few, batch=8)
-                fp32_sess = session(opts.fp32_model, opts.threads)
-                latency = _latency_ms({"fp32": fp32_sess, "int8": int8_sess}, qdata.native[:1])
-                del int8_sess, fp32_sess
-            mem = {}
-            if opts.measure_memory:
-                with phases.phase("session memory (fresh processes)"):
-                    mem = {"fp32": memory.measure(opts.fp32_model), "int8": memory.measure(stage.path)}
+            checks = checks_phase(stage.path, qdata, opts, big, phases)
             fp32_bytes = onnx_files.files_size(opts.fp32_model)
             int8_bytes = onnx_files.files_size(stage.path)
             int8_files = [p.name for p in onnx_files.model_files(stage.path)]
@@ -277,14 +413,11 @@ def quantize(opts: QuantOptions, frames=None) -> dict:
             elif opts.out.exists():
                 onnx_files.remove_model(opts.out)  # a stale model from an earlier passing run must not look current
 
-    return {
-        "passed": part.passed,
-        "model": meta.get("model_id", opts.fp32_model.stem),
+    sections = {
         "model_note": "random-init weights (no download): accuracy numbers describe this model, not real CLIP"
         if "random" in meta.get("model_id", "")
         else "checkpoint weights",
         "fp32_model": str(opts.fp32_model),
-        "int8_model": str(opts.out) if part.passed else None,
         "int8_files": int8_files if part.passed else [],
         "scheme": opts.scheme,
         "calibration": {
@@ -306,17 +439,12 @@ def quantize(opts: QuantOptions, frames=None) -> dict:
             "min_cosine": opts.gate.min_cosine,
             "nn_agreement": opts.gate.nn_agreement,
             "checks": [
-                {"name": c.name, "metric": c.metric, "requirement": c.requirement(), "value": getattr(w, c.metric)}
-                for c in opts.gate.checks()
+                {**asdict(c), "requirement": c.requirement(), "value": getattr(w, c.metric)} for c in opts.gate.checks()
             ],
             "zero_shot_top1": opts.gate.zero_shot_top1 if text_ref else None,
             "rows": [r.name for r in evaluator.rows],
             "resolutions": list(qdata.heldout),
         },
-        "mean_cosine": round(w.mean_cosine, 7),
-        "min_cosine": round(w.min_cosine, 7),
-        "nn_agreement": round(w.nn_agreement, 4),
-        "kl": float(f"{w.kl:.4g}"),
         "collapse": {
             "image": float(f"{w.collapse:.4g}"),
             "text": crossmodal.text_term(),
@@ -331,9 +459,7 @@ def quantize(opts: QuantOptions, frames=None) -> dict:
         },
         "per_resolution": {res: m.as_dict() for res, m in part.metrics.items()},
         "gate_by_runtime": by_runtime,
-        "layers": len(layers),
         "quantised": len(layers) - len(part.kept_float),
-        "kept_float": part.kept_float,
         "kept_float_labels": [next(x.label for x in layers if x.node == n) for n in part.kept_float],
         "float_by_construction": "LayerNormalization, Softmax, GELU, residual Add, attention QK^T and PV MatMuls",
         "max_float": max_float,
@@ -341,7 +467,7 @@ def quantize(opts: QuantOptions, frames=None) -> dict:
             {"keep_float": t.keep_float, **worst(t.metrics).as_dict(), "passed": t.passed(opts.gate)}
             for t in part.trials
         ],
-        "methods": methods,
+        "methods": {m: r.as_dict() for m, r in methods.items()},
         "ranking": "end-to-end sweep" if sens else ("local SQNR" if local else "graph order (no sensitivity run)"),
         "sweep": {
             "ran": bool(sens),
@@ -360,16 +486,26 @@ def quantize(opts: QuantOptions, frames=None) -> dict:
         )
         if local and sens
         else None,
-        "size_mb": {
+        "memory": checks.memory,
+        "batch_invariance_max_abs": checks.batch_invariance_max_abs,
+        "fp32_seconds_per_image": round(fp32_s_per_image, 3),
+    }
+    return QuantResult(
+        passed=part.passed,
+        model=meta.get("model_id", opts.fp32_model.stem),
+        gate=opts.gate,
+        worst=w,
+        kept_float=part.kept_float,
+        layers=len(layers),
+        int8_model=str(opts.out) if part.passed else None,
+        size_mb={
             "fp32": round(fp32_bytes / 1e6, 2),
             "int8": round(int8_bytes / 1e6, 2),
             "cut_percent": round(100 * (1 - int8_bytes / fp32_bytes), 1),
         },
-        "memory": mem,
-        "batch_invariance_max_abs": float(f"{np.abs(one - eight).max():.3g}"),
-        "latency_b1_ms": latency,
-        "fp32_seconds_per_image": round(fp32_s_per_image, 3),
-        "phases": phases.as_list(),
-        "peak_rss_mb": phases.peak_rss_mb,
-        "seconds": round(time.perf_counter() - t0, 1),
-    }
+        latency_b1_ms=checks.latency_b1_ms,
+        phases=phases.as_list(),
+        peak_rss_mb=phases.peak_rss_mb,
+        seconds=round(time.perf_counter() - t0, 1),
+        sections=sections,
+    )

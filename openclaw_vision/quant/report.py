@@ -7,10 +7,11 @@ from pathlib import Path
 
 import numpy as np
 
+from .evaluate import Check
+
 
 def markdown(r: dict) -> str:
     verdict = "PASSED" if r["passed"] else "FAILED — no model written"
-    g = r["gate"]
     lines = [
         f"# INT8 quantisation report: {r['model']} — {verdict}",
         "",
@@ -22,17 +23,12 @@ def markdown(r: dict) -> str:
         "",
         "| check | measured | required |",
         "|---|---|---|",
-        *[f"| {c['name']} | {_fmt(c['metric'], c['value'])} | {_requirement(c, r)} |" for c in g["checks"]],
+        *[f"| {c.name} | {c.format(v)} | {_requirement(v, c, r)} |" for c, v in _checks(r)],
         *_text_collapse_rows(r),
         "",
-        "| row | mean cos | min cos | NN agreement | KL |",
-        "|---|---|---|---|---|",
+        *table(r, "row", [(res, m, None) for res, m in r["per_resolution"].items()]),
     ]
-    for res, m in r["per_resolution"].items():
-        lines.append(
-            f"| {res} | {m['mean_cosine']:.6f} | {m['min_cosine']:.6f} | {m['nn_agreement']:.2%} | {m['kl']:.3g} |"
-        )
-    lines += runtime_rows(r.get("gate_by_runtime") or {})
+    lines += runtime_rows(r)
     lines += [
         "",
         "## What stayed in float, and why",
@@ -41,27 +37,12 @@ def markdown(r: dict) -> str:
         f"- Chosen by the partition: {len(r['kept_float'])} of {r['layers']} MatMul/Gemm/Conv layers "
         f"(limit {r['max_float']}): {', '.join(r['kept_float_labels']) or 'none — every weight layer is INT8'}.",
         "",
-        "| layers kept float | mean cos | min cos | NN agreement | gate |",
-        "|---|---|---|---|---|",
-    ]
-    for t in r["trials"]:
-        lines.append(
-            f"| {t['keep_float']} | {t['mean_cosine']:.6f} | {t['min_cosine']:.6f} | {t['nn_agreement']:.2%} "
-            f"| {'pass' if t['passed'] else 'fail'} |"
-        )
-    lines += [
+        *table(r, "layers kept float", [(str(t["keep_float"]), t, t["passed"]) for t in r["trials"]]),
         "",
         "## Calibration methods (all layers INT8)",
         "",
-        "| method | mean cos | min cos | NN | gate |",
-        "|---|---|---|---|---|",
+        *table(r, "method", [(name, m["worst"], m["passed"]) for name, m in r["methods"].items()]),
     ]
-    for name, m in r["methods"].items():
-        w = m["worst"]
-        lines.append(
-            f"| {name} | {w['mean_cosine']:.6f} | {w['min_cosine']:.6f} | {w['nn_agreement']:.2%} "
-            f"| {'pass' if m['passed'] else 'fail'} |"
-        )
     lines += _local_section(r)
     if r["sensitivity"]:
         lines += [
@@ -120,23 +101,39 @@ def markdown(r: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def runtime_rows(rows: dict) -> list[str]:
+def _checks(r: dict) -> list[tuple[Check, float | None]]:
+    """The gate's checks as the run had them (report.json's `gate.checks`), with their measured values."""
+    return [
+        (Check(c["name"], c["metric"], c.get("bound"), c.get("label", "")), c["value"]) for c in r["gate"]["checks"]
+    ]
+
+
+def table(r: dict, first: str, rows: list[tuple[str, dict, bool | None]]) -> list[str]:
+    """A markdown table of metric rows: one column per gate check measured in any row (GateSpec.checks' order
+    and formats), and a gate column where rows carry a verdict. Every table of metrics in the report is this one."""
+    cols = [c for c, _ in _checks(r) if any(m.get(c.metric) is not None for _, m, _ in rows)]
+    verdicts = any(v is not None for _, _, v in rows)
+    head = [first, *[c.label or c.name for c in cols], *(["gate"] if verdicts else [])]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, m, passed in rows:
+        cells = [name, *[c.format(m.get(c.metric)) for c in cols]]
+        if verdicts:
+            cells.append("pass" if passed else "FAIL")
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def runtime_rows(r: dict) -> list[str]:
     """The gate once per runtime on the final model: each rounds the same Q/DQ model its own way."""
+    rows = r.get("gate_by_runtime") or {}
     if not rows:
         return []
-    out = [
+    return [
         "",
         "The same model on each installed runtime (an INT8 model runs only where it passed here):",
         "",
-        "| runtime | mean cos | min cos | NN agreement | KL | gate |",
-        "|---|---|---|---|---|---|",
+        *table(r, "runtime", [(rt, m, m["passed"]) for rt, m in rows.items()]),
     ]
-    for rt, m in rows.items():
-        out.append(
-            f"| {rt} | {m['mean_cosine']:.6f} | {m['min_cosine']:.6f} | {m['nn_agreement']:.2%} | {m['kl']:.3g} "
-            f"| {'pass' if m['passed'] else 'FAIL'} |"
-        )
-    return out
 
 
 def _text_collapse_rows(r: dict) -> list[str]:
@@ -148,21 +145,11 @@ def _text_collapse_rows(r: dict) -> list[str]:
     ]
 
 
-def _requirement(check: dict, r: dict) -> str:
+def _requirement(value: float | None, check: Check, r: dict) -> str:
     """The check's bound; for a text-tower check without a text tower, why it was not measured."""
-    if check["value"] is None:
-        return (r.get("zero_shot") or {}).get("note", "not computed")
-    return check["requirement"]
-
-
-def _fmt(metric: str, value: float | None) -> str:
     if value is None:
-        return "—"
-    if metric in ("nn_agreement", "zero_shot_top1"):
-        return f"{value:.2%}"
-    if metric in ("kl", "collapse", "zero_shot_kl"):
-        return f"{value:.3g}"
-    return f"{value:.6f}"
+        return (r.get("zero_shot") or {}).get("note", "not computed")
+    return check.requirement()
 
 
 ROLES = ("qkv", "attn_out", "mlp_fc", "mlp_proj")
@@ -238,7 +225,9 @@ def plot_sensitivity(r: dict, path: Path) -> Path | None:
     return path
 
 
-def write(r: dict, out: Path) -> list[Path]:
+def write(result, out: Path) -> list[Path]:
+    """report.json, report.md and the plot of a `QuantResult` into `out`."""
+    r = result.as_dict()
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "report.json", out / "report.md"]
     paths[0].write_text(json.dumps(r, indent=2))

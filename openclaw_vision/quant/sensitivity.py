@@ -26,7 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .evaluate import Evaluator, Metrics, compare, session
+from ..encoders.onnxruntime import session
+from ..numerics import l2_normalise
+from .evaluate import Evaluator, Metrics, compare
 from .graph import Layer
 from .qdq import SWITCH_INPUT, probe_outputs
 
@@ -57,7 +59,7 @@ def sweep(
 ) -> list[LayerSensitivity]:
     """Score each layer quantised alone, through the switch model (see module doc)."""
     wrap = progress or (lambda it, desc: it)
-    sess = session(switch_model, evaluator.threads)
+    sess = session(switch_model, evaluator.threads, quiet=True)
     name = sess.get_inputs()[0].name
     pixels = evaluator.heldout[resolution][:SWEEP_FRAMES]
     reference = evaluator.reference[resolution][: len(pixels)]
@@ -66,7 +68,7 @@ def sweep(
         switch = np.zeros(len(layers), bool)
         switch[i] = True
         emb = sess.run(None, {name: pixels, SWITCH_INPUT: switch})[0]
-        emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+        emb = l2_normalise(emb)
         out.append(LayerSensitivity(layer, compare(emb, reference)))
     return out
 

@@ -27,11 +27,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import OpenclawError
+
 CDR_BE, CDR_LE = b"\x00\x00", b"\x00\x01"
 HEADER_SIZE = 4
 
 
-class CdrError(ValueError):
+class CdrError(OpenclawError, ValueError):
     """Bytes that are not a well-formed message of the expected type."""
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import bags
+from ..errors import OpenclawError
 from ..stats import percentiles
 from . import cdr
 from .convert import stamp_to_ns
@@ -48,7 +49,7 @@ class ReplayOptions:
     storage: str = "mcap"
 
 
-class ReplayError(RuntimeError):
+class ReplayError(OpenclawError, RuntimeError):
     pass
 
 

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from .. import config as cfgmod
+from ..errors import OpenclawError
 from ..stats import Counters, StageTimes
 from .diagnostics import OK, WARN, diagnostic_array, stage_values
 from .runner import Throttle, every, node_main
@@ -239,7 +240,7 @@ def build_pipeline(cfg: cfgmod.VlmConfig):
     return VlmPipeline(model, cfg.kv_blocks, cfg.block_size, sampling, cfg.max_new_tokens, cfg.system_prompt)
 
 
-class VlmLoadError(RuntimeError):
+class VlmLoadError(OpenclawError, RuntimeError):
     """The language model, tokenizer or projector could not be loaded."""
 
 

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from .. import config as cfgmod
+from ..errors import OpenclawError
 from ..stats import Counters, StageTimes
 from .diagnostics import OK, WARN, diagnostic_array, stage_values
 from .runner import Throttle, every, node_main
@@ -217,7 +218,7 @@ def _mismatch_text(features_model: str, text_model: str) -> str:
     return ""
 
 
-class ZeroShotLoadError(RuntimeError):
+class ZeroShotLoadError(OpenclawError, RuntimeError):
     """The text model, the tokenizer's merges file or the initial label set could not be used."""
 
 

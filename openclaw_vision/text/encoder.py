@@ -24,9 +24,7 @@ class TextEncoder:
     precision = "fp32"
 
     def __init__(self, model_path: str | Path, threads: int = 0, bpe_path: str | Path | None = None) -> None:
-        import onnxruntime as ort
-
-        from ..encoders.onnxruntime import session_options
+        from ..encoders.onnxruntime import session
 
         path = Path(model_path)
         if not path.is_file():
@@ -35,7 +33,7 @@ class TextEncoder:
                 "name> --tower text [--checkpoint <its weights>]`)"
             )
         try:
-            self.session = ort.InferenceSession(str(path), session_options(threads), providers=["CPUExecutionProvider"])
+            self.session = session(path, threads)
         except Exception as err:  # onnxruntime raises its own exception types; name the file
             raise EncoderError(f"cannot load {path}: {err}") from err
         meta = self.session.get_modelmeta().custom_metadata_map

@@ -28,6 +28,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from ..errors import OpenclawError
 from ..resources import data_home
 
 BPE_FILE = "bpe_simple_vocab_16e6.txt.gz"
@@ -38,7 +39,7 @@ OPEN_CLIP_VERSION = "3.3.0"
 WHEEL_MEMBER = f"open_clip/{BPE_FILE}"
 
 
-class TokenizerError(ValueError):
+class TokenizerError(OpenclawError, ValueError):
     """The merges file is missing or is not CLIP's, or the tokenizer's own dependencies are missing."""
 
 

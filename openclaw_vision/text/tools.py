@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..encoders.base import EncoderError
+from ..errors import OpenclawError
 from ..preprocess.encodings import FrameError
 from .merges import TokenizerError
 from .zero_shot import (
@@ -33,7 +34,7 @@ from .zero_shot import (
 RANDOM_NOTE = "note: {model} has random weights (no download): {what}; the pipeline is real"
 
 
-class ToolError(RuntimeError):
+class ToolError(OpenclawError, RuntimeError):
     """Something the user gave (bag, labels, models) cannot be used; the message says what."""
 
 

@@ -18,16 +18,19 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import OpenclawError
+from ..numerics import l2_normalise, softmax
+
 #: CLIP's usual zero-shot prompt; "{}" alone uses the labels as they are.
 DEFAULT_TEMPLATE = "a photo of a {}."
 MAX_LABELS = 1000
 
 
-class LabelError(ValueError):
+class LabelError(OpenclawError, ValueError):
     """A label set that cannot be used (empty, duplicated labels, unreadable file, bad template)."""
 
 
-class ModelMismatch(ValueError):
+class ModelMismatch(OpenclawError, ValueError):
     """Features and text embeddings from different models: their embeddings are not comparable."""
 
 
@@ -74,12 +77,6 @@ def check_same_model(features_model: str, text_model: str) -> None:
         )
 
 
-def softmax(z: np.ndarray) -> np.ndarray:
-    z = z - z.max(axis=-1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=-1, keepdims=True)
-
-
 @dataclass(frozen=True)
 class LabelSet:
     """Labels, their unit text embeddings (L × D) and the model's logit scale: what scoring a frame needs."""
@@ -106,6 +103,6 @@ class LabelSet:
         x = np.asarray(image, np.float32)
         if x.shape[-1] != self.dim:
             raise ValueError(f"image embedding has {x.shape[-1]} values; the text model's have {self.dim}")
-        x = x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+        x = l2_normalise(x)
         cos = x @ self.embeddings.T
         return softmax(self.logit_scale * cos), cos

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..numerics import softmax
 from .config import LlamaConfig
 from .kv_cache import BlockManager, PagedKVPool
 
@@ -87,9 +88,7 @@ class LlamaDecoder:
         if t > 1:
             future = xp.arange(length)[None, :] > (start + xp.arange(t))[:, None]
             scores = xp.where(future, -xp.inf, scores)
-        scores -= scores.max(axis=-1, keepdims=True)
-        probs = xp.exp(scores)
-        probs /= probs.sum(axis=-1, keepdims=True)
+        probs = softmax(scores, xp)
         out = probs.astype(self.dtype) @ v.transpose(1, 0, 2)[:, None]  # (kvh, g, T, hd)
         return out.transpose(2, 0, 1, 3).reshape(t, cfg.heads * hd)
 
@@ -136,7 +135,6 @@ def dense_attention_reference(q, k, v, start: int, group: int):
     out = np.empty((t, heads, hd), np.float64)
     for i in range(t):
         s = np.einsum("hd,lhd->hl", q[i].astype(np.float64), k[: start + i + 1].astype(np.float64)) / np.sqrt(hd)
-        p = np.exp(s - s.max(axis=1, keepdims=True))
-        p /= p.sum(axis=1, keepdims=True)
+        p = softmax(s)
         out[i] = np.einsum("hl,lhd->hd", p, v[: start + i + 1].astype(np.float64))
     return out.reshape(t, heads * hd)

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..numerics import softmax
+
 
 @dataclass(frozen=True)
 class Sampling:
@@ -29,9 +31,7 @@ class Sampler:
         logits = np.asarray(logits, np.float64)
         if self.cfg.temperature == 0:
             return int(np.argmax(logits))
-        z = logits / self.cfg.temperature
-        p = np.exp(z - z.max())
-        p /= p.sum()
+        p = softmax(logits / self.cfg.temperature)
         order = np.argsort(-p)
         keep = np.cumsum(p[order]) - p[order] < self.cfg.top_p  # smallest set reaching top_p (at least one)
         chosen = order[keep]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ...errors import OpenclawError
 from ..kernel_plan import TERMS, KernelJob
 from . import SHIM_MAIN, SOURCE, compile_options
 
@@ -22,7 +23,7 @@ DECODE_BLOCK = (16, 16)
 SANITIZERS = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer")
 
 
-class ShimError(RuntimeError):
+class ShimError(OpenclawError, RuntimeError):
     """The CPU build of the kernel failed to compile or to run (a sanitizer report included)."""
 
 
