@@ -15,6 +15,11 @@ export CYCLONEDDS_URI := file://$(CURDIR)/config/cyclonedds-loopback.xml
 TRT_BINDINGS := 10=tensorrt-cu12-bindings==10.16.1.11 11=tensorrt-cu13-bindings==11.4.0.106
 TRT_STAMP := $(VENV)/trt/.installed-$(shell echo $(TRT_BINDINGS) | sha1sum | cut -c1-10)
 
+# The `ros2` test tier (test/ros2/): a real ROS 2 Humble ($$OPENCLAW_ROS2_PREFIX, /opt/ros/humble, or
+# ../shared/ros2-humble unpacked into $(VENV)/ros2/ with its apt packages) and the README's robot venv.
+# Without any Humble it prints one line and the tier skips (under CI=true the tier then fails).
+ROS2_STAMP := $(VENV)/ros2/.prepared-$(shell cat package.xml requirements-humble.txt test/support/humble.py | sha1sum | cut -c1-10)
+
 .PHONY: setup demo test lint clean
 
 # open_clip_torch: its SimpleTokenizer is the tests' reference and its wheel holds CLIP's BPE merges
@@ -32,7 +37,12 @@ $(TRT_STAMP): $(STAMP)
 	for b in $(TRT_BINDINGS); do $(PY) -m pip install -q --no-deps --target $(VENV)/trt/$${b%%=*} $${b#*=}; done
 	touch $@
 
-setup: $(STAMP) $(TRT_STAMP)
+$(ROS2_STAMP): $(STAMP)
+	rm -f $(VENV)/ros2/.prepared-*; mkdir -p $(VENV)/ros2
+	$(PY) test/support/humble.py prepare
+	touch $@
+
+setup: $(STAMP) $(TRT_STAMP) $(ROS2_STAMP)
 
 demo: setup
 	$(PY) -m openclaw_vision.cli demo --out out/demo

@@ -59,7 +59,7 @@ def _nodes(context) -> list:
     if _enabled(context, "enable_vlm"):
         nodes.append(_node("vlm_node", given["vlm_config"], vlm_params))
     if _enabled(context, "enable_labels"):
-        nodes.append(_node("zero_shot_node", given["labels_config"], labels_params))
+        nodes.append(_node("labels_node", given["labels_config"], labels_params))
     return nodes
 
 

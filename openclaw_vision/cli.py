@@ -461,9 +461,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("encoder", help="run the encoder node (flags: see `openclaw-vision encoder --help`)", add_help=False)
     sub.add_parser("vlm", help="run the VLM node (flags: see `openclaw-vision vlm --help`)", add_help=False)
-    sub.add_parser(
-        "zero-shot", help="run the labels node (flags: see `openclaw-vision zero-shot --help`)", add_help=False
-    )
+    sub.add_parser("labels", help="run the labels node (flags: see `openclaw-vision labels --help`)", add_help=False)
 
     p = sub.add_parser("ask", help="encoder + VLM in one process: answer a question about one frame of a bag")
     p.add_argument("question")
@@ -532,10 +530,10 @@ def main(argv: list[str] | None = None) -> int:
         from .ros.vlm_node import main as vlm_main
 
         return vlm_main(argv[1:])
-    if argv[:1] == ["zero-shot"]:
-        from .ros.zero_shot_node import main as zero_shot_main
+    if argv[:1] == ["labels"]:
+        from .ros.labels_node import main as labels_main
 
-        return zero_shot_main(argv[1:])
+        return labels_main(argv[1:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level, format="[%(asctime)s] [%(name)s] %(levelname)s: %(message)s")
     return args.fn(args)

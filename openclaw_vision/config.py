@@ -122,13 +122,17 @@ class NodeConfig:
     def updated(self, changes: Mapping[str, Any]):
         """This configuration with `changes` made while the node runs, validated; a key that is not
         `runtime` is refused with the reason (it is read only after start)."""
+        self.check_runtime(changes)
+        return type(self).from_dict({**self.as_dict(), **changes}).validate()
+
+    def check_runtime(self, changes: Mapping[str, Any]) -> None:
+        """A ConfigError unless every key of `changes` is this node's and may change while it runs."""
         unknown = sorted(set(changes) - set(self.params()))
         if unknown:
             raise ConfigError(f"unknown parameter(s): {', '.join(unknown)}")
         fixed = [key for key in changes if not self.params()[key].runtime]
         if fixed:
             raise ConfigError(f"parameter(s) {', '.join(fixed)} read-only (used at start): restart the node to change")
-        return type(self).from_dict({**self.as_dict(), **changes}).validate()
 
     def _check_params(self) -> None:
         for key, spec in self.params().items():
@@ -167,7 +171,7 @@ class EncoderConfig(NodeConfig):
         choices=PERFORMANCE_HINTS,
     )  # fmt: skip
     reliability: str = param("best_effort", "image subscription QoS (best_effort = sensor data)", choices=RELIABILITIES)
-    depth: int = param(1, "image subscription history depth (re-subscribes when changed)", minimum=1, runtime=True)
+    depth: int = param(5, "image subscription history depth (re-subscribes when changed)", minimum=1, runtime=True)
     diagnostics_period: float = param(1.0, "seconds between /diagnostics messages", **PERIOD)
     log_throttle_period: float = param(2.0, "seconds between log lines about one repeated problem", **PERIOD)
     transport: str = param("auto", "auto: rclpy if ROS 2 is sourced, else cyclonedds", choices=TRANSPORTS)
@@ -205,7 +209,9 @@ class VlmConfig(NodeConfig):
     llm: str = param("tiny", "tiny | tinyllama-1.1b (random weights) | a Hugging Face Llama folder")
     tokenizer: str = param("", "tokenizer.json; empty: the checkpoint folder's, or the built-in one")
     projector: str = param("", "projector safetensors (projector.fc1/fc2); empty: random init")
-    embed_dim: int = param(512, "width of /visual_features (512 for ViT-B/32)", minimum=1)
+    # The width of /visual_features is the encoder model's (models/configs.py), not a second copy here:
+    # `ros2 launch … model:=ViT-L-14` gives this node the encoder's model too (launch_args.VLM_SHARED).
+    model: str = param("ViT-B-32", "the encoder's named CLIP architecture: /visual_features has its embedding width")
     visual_tokens: int = param(8, "prefix positions one embedding is projected to", minimum=1)
     max_new_tokens: int = param(32, "longest answer, in tokens (from the next question on)", minimum=1, runtime=True)
     temperature: float = param(0.0, "sampling temperature, 0 = greedy", minimum=0.0, runtime=True)
@@ -225,19 +231,26 @@ class VlmConfig(NodeConfig):
                 raise self._bad(key, "must be a non-empty ROS topic name")
         if " " in self.stream_topic:
             raise self._bad("stream_topic", "must be a ROS topic name or empty")
+        if self.model not in MODEL_CONFIGS:
+            raise self._bad("model", f"unknown; known: {', '.join(MODEL_CONFIGS)}")
         self._check_params()
         return self
 
+    @property
+    def embed_dim(self) -> int:
+        """The width of the features this node takes: the encoder model's embedding width."""
+        return MODEL_CONFIGS[self.model].embed_dim
+
 
 @dataclass(frozen=True)
-class ZeroShotConfig(NodeConfig):
+class LabelsConfig(NodeConfig):
     """The labels node. `labels`, `labels_file` and `template` may change while it runs."""
 
     # The descriptions are the comments of config/labels.yaml, word for word (test_packaging checks).
     features_topic: str = param("/visual_features", "VisualFeatures topic (the encoder's output)")
     labels_topic: str = param("/visual_labels", "openclaw_vision/VisualLabels, with the features' header")
     set_labels_topic: str = param(
-        "/zero_shot_node/set_labels", 'std_msgs/String "a,b,c": a new label set; empty: no such topic'
+        "/labels_node/set_labels", 'std_msgs/String "a,b,c": a new label set; empty: no such topic'
     )
     labels: str = param("door,forklift,person", "comma-separated label set", runtime=True)
     labels_file: str = param(
@@ -253,7 +266,7 @@ class ZeroShotConfig(NodeConfig):
     diagnostics_period: float = param(1.0, "seconds between /diagnostics messages", **PERIOD)
     transport: str = param("auto", "auto: rclpy if ROS 2 is sourced, else cyclonedds", choices=TRANSPORTS)
 
-    def validate(self) -> ZeroShotConfig:
+    def validate(self) -> LabelsConfig:
         for key in ("features_topic", "labels_topic"):
             if not getattr(self, key) or " " in getattr(self, key):
                 raise self._bad(key, "must be a non-empty ROS topic name")
@@ -331,9 +344,9 @@ def from_sources(config_file: Path | None, node: str, overrides: dict[str, Any],
 __all__ = [
     "ConfigError",
     "EncoderConfig",
+    "LabelsConfig",
     "Param",
     "VlmConfig",
-    "ZeroShotConfig",
     "add_arguments",
     "coerce",
     "from_sources",

@@ -30,7 +30,7 @@ REQUIREMENTS = "requirements-humble.txt"  # installed to share/openclaw_vision/ 
 NEEDS = {
     "encoder_node": ("numpy", "cv2", "onnxruntime"),
     "vlm_node": ("numpy", "tokenizers"),
-    "zero_shot_node": ("numpy", "onnxruntime", "ftfy", "regex"),
+    "labels_node": ("numpy", "onnxruntime", "ftfy", "regex"),
     "openclaw-vision": ("numpy", "cv2"),
 }
 

@@ -23,7 +23,7 @@ def test_vlm_node_answers_about_the_newest_frame_and_counts_every_prompt(dds_dom
 
     stats = tmp_path / "vlm_stats.json"
     node = NodeProcess(
-        ["--llm", "tiny", "--embed-dim", "32", "--visual-tokens", "4", "--max-new-tokens", "6",
+        ["--llm", "tiny", "--model", "tiny", "--visual-tokens", "4", "--max-new-tokens", "6",
          "--stream-topic", "/vlm/answer_stream", "--transport", "cyclonedds", "--diagnostics-period", "0.2",
          "--stats-json", str(stats)],
         log_path=tmp_path / "vlm.log", node="vlm",

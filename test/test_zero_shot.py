@@ -207,7 +207,7 @@ def test_visual_labels_cdr_matches_rosbags():
     store = bags.typestore()
     T, H = store.types["builtin_interfaces/msg/Time"], store.types["std_msgs/msg/Header"]
     kind = "openclaw_vision/msg/VisualLabels"
-    fields = dict(model_id="m@1", labels=["door", "person"], template="a photo of a {}.", logit_scale=100.0,
+    fields = dict(model_id="m@1", labels=["door", "person"], prompt_template="a photo of a {}.", logit_scale=100.0,
                   top_label="person", top_score=0.75)  # fmt: skip
     ref = store.serialize_cdr(
         store.types[kind](header=H(stamp=T(sec=3, nanosec=4), frame_id="cam"),
@@ -222,15 +222,15 @@ def test_visual_labels_cdr_matches_rosbags():
 
 
 def test_labels_node_is_built_installed_and_launched_like_the_others():
-    from openclaw_vision.config import ZeroShotConfig, read_params_file
+    from openclaw_vision.config import LabelsConfig, read_params_file
 
     cmake = (ROOT / "CMakeLists.txt").read_text()
-    assert '"msg/VisualLabels.msg"' in cmake and "scripts/zero_shot_node" in cmake
-    assert (ROOT / "scripts" / "zero_shot_node").stat().st_mode & 0o111
+    assert '"msg/VisualLabels.msg"' in cmake and "scripts/labels_node" in cmake
+    assert (ROOT / "scripts" / "labels_node").stat().st_mode & 0o111
     setup_cfg = (ROOT / "setup.cfg").read_text()
-    assert "zero_shot_node = openclaw_vision.ros.zero_shot_node:main" in setup_cfg
-    assert read_params_file(ROOT / "config" / "labels.yaml", "zero_shot_node") == ZeroShotConfig().as_dict()
+    assert "labels_node = openclaw_vision.ros.labels_node:main" in setup_cfg
+    assert read_params_file(ROOT / "config" / "labels.yaml", "labels_node") == LabelsConfig().as_dict()
     # started by vision.launch.py with enable_labels:=true and the encoder's `model` (test_launch.py runs it)
     launch = (ROOT / "launch" / "vision.launch.py").read_text()
     assert 'DeclareLaunchArgument("enable_labels", default_value="false"' in launch
-    assert '_node("zero_shot_node", given["labels_config"], labels_params)' in launch
+    assert '_node("labels_node", given["labels_config"], labels_params)' in launch

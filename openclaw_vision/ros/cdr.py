@@ -158,6 +158,28 @@ def parse_compressed_image(buf, make_header: HeaderFactory = plain_header) -> Co
     return CompressedImageView(header, fmt, r.octets("data"))
 
 
+#: the types this module reads itself, by ROS type name
+PARSERS = {"sensor_msgs/msg/Image": parse_image, "sensor_msgs/msg/CompressedImage": parse_compressed_image}
+
+
+def sample_decoder(ros_type: str, generic: Callable[[Any], Any], make_header: HeaderFactory) -> Callable[[Any], Any]:
+    """bytes → message, as a subscription takes samples: images by the struct readers above (their
+    `data` a view of the sample, headers made by `make_header` as the transport's own Header type,
+    so a node can copy one into the message it publishes), every other type, and a sample in
+    another representation (XCDR2), by `generic` (the transport's own deserialiser)."""
+    parse = PARSERS.get(ros_type)
+    if parse is None:
+        return generic
+
+    def decode(raw):
+        try:
+            return parse(raw, make_header)
+        except CdrUnsupported:
+            return generic(raw)
+
+    return decode
+
+
 class _Writer:
     """Little-endian XCDR1 fields into a list of parts; the payload is appended, not copied, until join."""
 

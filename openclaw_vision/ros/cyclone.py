@@ -34,10 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from ..resources import share_path
-from . import cdr
+from . import cdr, dds_config
 from .dds_types import idl_type
-from .types import COMPRESSED_IMAGE, IMAGE, Callback, QoS
+from .types import Callback, QoS
 
 log = logging.getLogger(__name__)
 
@@ -45,14 +44,14 @@ _uri_lock = threading.Lock()
 
 
 def ensure_loopback_config() -> str:
-    """Point CYCLONEDDS_URI at the shipped loopback-only config unless the user chose one."""
+    """Point CYCLONEDDS_URI at the shipped loopback-only config unless the user chose one, and honour
+    ROS_LOCALHOST_ONLY as rmw_cyclonedds does (dds_config.for_cyclone)."""
     with _uri_lock:
-        if not os.environ.get("CYCLONEDDS_URI"):
-            os.environ["CYCLONEDDS_URI"] = share_path("config", "cyclonedds-loopback.xml").as_uri()
-            log.info("DDS: loopback-only config %s", os.environ["CYCLONEDDS_URI"])
-        else:
-            log.info("DDS: CYCLONEDDS_URI=%s (set by the environment)", os.environ["CYCLONEDDS_URI"])
-        return os.environ["CYCLONEDDS_URI"]
+        return dds_config.for_cyclone()
+
+
+#: Samples a reader may hold before we take them (the taking thread normally keeps it near 0).
+READER_BUFFER = 32
 
 
 def dds_topic_name(topic: str) -> str:
@@ -60,10 +59,6 @@ def dds_topic_name(topic: str) -> str:
     if not topic.startswith("/"):
         topic = "/" + topic
     return "rt" + topic
-
-
-#: Samples a reader may hold before we take them (the taking thread normally keeps it near 0).
-READER_BUFFER = 32
 
 
 def _qos(q: QoS, reader: bool = False):
@@ -109,27 +104,14 @@ class _Publisher:
 
 
 def sample_decoder(ros_type: str):
-    """bytes → message: the zero-copy struct reader for images, the generated class for the rest.
-
-    Image headers are made as this transport's own Header type, so a node can copy one into
-    the message it publishes. A sample in another representation (XCDR2) goes the generic way.
-    """
-    generic = idl_type(ros_type).deserialize
-    parse = {IMAGE: cdr.parse_image, COMPRESSED_IMAGE: cdr.parse_compressed_image}.get(ros_type)
-    if parse is None:
-        return generic
+    """bytes → message: cdr's zero-copy struct reader for images (headers as this transport's own
+    Header type), the generated class for the rest."""
     header_cls, time_cls = idl_type("std_msgs/msg/Header"), idl_type("builtin_interfaces/msg/Time")
 
     def make_header(sec: int, nanosec: int, frame_id: str):
         return header_cls(stamp=time_cls(sec=sec, nanosec=nanosec), frame_id=frame_id)
 
-    def decode(raw: bytes):
-        try:
-            return parse(raw, make_header)
-        except cdr.CdrUnsupported:
-            return generic(raw)
-
-    return decode
+    return cdr.sample_decoder(ros_type, idl_type(ros_type).deserialize, make_header)
 
 
 class _SampleInfo(ctypes.Structure):

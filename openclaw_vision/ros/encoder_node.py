@@ -53,6 +53,7 @@ from ..pipeline import FramePipeline
 from ..preprocess.encodings import FrameError
 from ..resources import default_model_path
 from ..stats import Counters, LatestSlots, StageTimes
+from . import dds_config
 from .convert import compressed_to_frame, features_message, image_to_frame
 from .diagnostics import OK, WARN, diagnostic_array, stage_values
 from .runner import Throttle, every, node_main
@@ -320,6 +321,7 @@ class EncoderNode:
 
     # lifecycle --------------------------------------------------------------------------
     def start(self) -> EncoderNode:
+        dds_config.check_receive_buffer()  # one warning line with the fix: frames lost there are never reported
         for t in self._threads:
             t.start()
         for cam in self.cameras.values():

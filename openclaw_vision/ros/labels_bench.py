@@ -25,9 +25,9 @@ import numpy as np
 
 from ..stats import percentiles
 from .convert import ns_to_stamp, stamp_to_ns
+from .labels_node import VISUAL_LABELS
 from .process import NodeProcess
 from .transport import DEFAULT, HEADER, VISUAL_FEATURES
-from .zero_shot_node import VISUAL_LABELS
 
 WORDS = ("door", "forklift", "person", "stairs", "pallet", "box", "chair", "table", "window", "robot")
 
@@ -71,7 +71,7 @@ def _one(transport, text_model: Path, model_id: str, dim: int, n: int, frames: i
     node = NodeProcess(
         ["--text-model-path", str(text_model), "--labels", ",".join(label_set(n)), "--transport", "cyclonedds",
          "--stats-json", str(stats), "--threads", "1"],
-        log_path=work / f"labels_node_{n}.log", node="zero-shot",
+        log_path=work / f"labels_node_{n}.log", node="labels",
     )  # fmt: skip
     try:
         pub = transport.publisher("/visual_features", VISUAL_FEATURES, DEFAULT)

@@ -40,8 +40,9 @@ LABELS_ARGUMENTS = {
     "labels_topic": "openclaw_vision/VisualLabels topic",
 }
 #: arguments that also set a parameter of another node: the VLM and labels nodes read what the
-#: encoder writes, and the labels node's text tower must be of the encoder's model (its ids must match)
-VLM_SHARED = ("features_topic",)
+#: encoder writes, the VLM takes features of the encoder model's width, and the labels node's text
+#: tower must be of the encoder's model (its ids must match)
+VLM_SHARED = ("features_topic", "model")
 LABELS_SHARED = ("features_topic", "model")
 #: arguments taken as text whatever they look like ("yes" or "1" is a label, not a bool or an int)
 TEXT_ARGUMENTS = ("labels",)

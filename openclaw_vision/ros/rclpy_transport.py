@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import array
 import importlib
+import logging
 import math
 import threading
 import time
@@ -26,12 +27,22 @@ from collections.abc import Callable
 from typing import Any
 
 from ..config import ConfigError, NodeConfig, Param
-from .types import Callback, QoS
+from . import cdr, dds_config
+from .types import HEADER, TIME, Callback, QoS
+
+log = logging.getLogger(__name__)
 
 INT64_MAX = 2**63 - 1
+#: longest wait of one spin before the spin thread looks at its stop flag (close() also wakes it)
+SPIN_POLL_S = 0.5
+#: how long close() waits for callbacks still running (one frame's encode, one VLM answer's publish)
+CALLBACK_WAIT_S = 1.0
 
 
 def _profile(q: QoS):
+    """The rclpy QoSProfile. The reader's depth is the configured one (`ros2 topic info -v` shows it):
+    a frame that arrives while the reader still holds `depth` untaken ones is overwritten there,
+    uncounted (README, "Frames DDS can lose without telling")."""
     from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
     return QoSProfile(
@@ -54,11 +65,23 @@ class _Publisher:
 
 
 class _Subscription:
-    def __init__(self, node, topic: str, sub) -> None:
-        self._node, self._topic, self._sub = node, topic, sub
+    def __init__(self, node, topic: str) -> None:
+        self._node, self._topic, self._sub = node, topic, None
+        self.message_lost = 0  # what the RMW reported lost (rmw_cyclonedds: Cyclone's sample-lost status)
+        self.malformed = 0  # samples whose bytes did not decode (logged)
+
+    def on_message_lost(self, info) -> None:
+        self.message_lost += int(info.total_count_change)
 
     def matched(self) -> int:
         return int(self._node.count_publishers(self._topic))
+
+    def lost(self) -> int:
+        """Samples the RMW reported lost and samples that did not decode, as the Cyclone path counts them.
+
+        What DDS drops without a report (fragments of a frame that overflowed the socket buffer on
+        best effort) is not in it: README, "Frames DDS can lose without telling"."""
+        return self.message_lost + self.malformed
 
     def close(self) -> None:
         self._node.destroy_subscription(self._sub)
@@ -97,13 +120,21 @@ class RclpyTransport:
         from rclpy.executors import MultiThreadedExecutor
 
         if not rclpy.ok():
+            dds_config.for_rclpy()  # ROS_LOCALHOST_ONLY=1 with our lo config: would not start otherwise
             rclpy.init(args=args)  # None: sys.argv (rclpy/context.py); its --ros-args give the overrides
         self.node = rclpy.create_node(node_name)
         self._declared: tuple[str, ...] = ()
         self._executor = MultiThreadedExecutor()
         self._executor.add_node(self.node)
-        self._thread = threading.Thread(target=self._executor.spin, name="rclpy-spin", daemon=True)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._spin, name="rclpy-spin")
         self._thread.start()
+
+    def _spin(self) -> None:
+        """Spin until close(): a loop of ours (not Executor.spin) so that close() can end it and join
+        it before anything it waits on is destroyed (see close)."""
+        while not self._stop.is_set():
+            self._executor.spin_once(timeout_sec=SPIN_POLL_S)
 
     def msg(self, ros_type: str) -> type:
         pkg, kind, name = ros_type.split("/")
@@ -118,17 +149,33 @@ class RclpyTransport:
         return _Publisher(self.node.create_publisher(self.msg(ros_type), topic, _profile(qos)))
 
     def subscribe(self, topic: str, ros_type: str, qos: QoS, callback: Callback) -> _Subscription:
+        """Samples are taken raw and images read by cdr's struct reader (their pixels a view of the
+        taken bytes: rclpy's own deserialiser copies 6 MB into an array per 1080p frame)."""
+        from rclpy.qos_event import SubscriptionEventCallbacks
         from rclpy.serialization import deserialize_message
 
         cls = self.msg(ros_type)
+        header_cls, time_cls = self.msg(HEADER), self.msg(TIME)
+
+        def make_header(sec: int, nanosec: int, frame_id: str):
+            return header_cls(stamp=time_cls(sec=sec, nanosec=nanosec), frame_id=frame_id)
+
+        decode = cdr.sample_decoder(ros_type, lambda raw: deserialize_message(raw, cls), make_header)
+        handle = _Subscription(self.node, topic)
 
         def on_raw(raw: bytes) -> None:
             t0 = time.perf_counter()
-            msg = deserialize_message(raw, cls)
+            try:
+                msg = decode(raw)
+            except Exception as err:  # malformed bytes: counted and logged, the subscription goes on
+                handle.malformed += 1
+                log.warning("undecodable sample on %s (%d bytes): %s", topic, len(raw), err)
+                return
             callback(msg, time.perf_counter() - t0)
 
-        sub = self.node.create_subscription(cls, topic, on_raw, _profile(qos), raw=True)
-        return _Subscription(self.node, topic, sub)
+        events = SubscriptionEventCallbacks(message_lost=handle.on_message_lost)
+        handle._sub = self.node.create_subscription(cls, topic, on_raw, _profile(qos), raw=True, event_callbacks=events)
+        return handle
 
     def deserialize(self, raw: bytes, ros_type: str) -> Any:
         from rclpy.serialization import deserialize_message
@@ -187,9 +234,20 @@ class RclpyTransport:
         return None if result.successful else result.reason
 
     def close(self) -> None:
+        """Stop in the order that lets the process exit cleanly: end the spin thread and join it, then
+        shut the executor (waits for callbacks still running), destroy the node, shut the context.
+
+        Why (issue 17 item 4): the spin thread used to be a daemon thread left inside rclpy's wait
+        (C++, the GIL released) when main returned. At interpreter exit a daemon thread that tries to
+        take the GIL again is ended with pthread_exit, whose forced unwinding through rclpy's C++
+        frames calls std::terminate: "terminate called without an active exception", SIGABRT, after
+        the final counts were logged (3 of 6 SIGINT stops of `ros2 run … encoder_node` on Humble)."""
         import rclpy
 
-        self._executor.shutdown()
+        self._stop.set()
+        self._executor.wake()  # ends the wait now rather than after SPIN_POLL_S
+        self._thread.join()
+        self._executor.shutdown(timeout_sec=CALLBACK_WAIT_S)
         self.node.destroy_node()
         if rclpy.ok():
             rclpy.shutdown()

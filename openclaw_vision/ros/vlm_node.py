@@ -209,8 +209,8 @@ class VlmNode:
         for t in self._threads:
             t.start()
         log.info(
-            "ready: %s + %s -> %s, model %s on %s, transport %s",
-            self.cfg.features_topic, self.cfg.prompt_topic, self.cfg.answer_topic,
+            "ready: %s (%d-d, of %s) + %s -> %s, model %s on %s, transport %s",
+            self.cfg.features_topic, self.cfg.embed_dim, self.cfg.model, self.cfg.prompt_topic, self.cfg.answer_topic,
             self.pipeline.model.model_id, self.pipeline.model.xp.__name__, self.transport.name,
         )  # fmt: skip
         return self

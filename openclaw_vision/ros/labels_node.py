@@ -36,9 +36,9 @@ from .diagnostics import OK, WARN, diagnostic_array, stage_values
 from .runner import Throttle, every, node_main
 from .transport import DEFAULT, DIAGNOSTIC_ARRAY, STRING, VISUAL_FEATURES, QoS, Transport
 
-log = logging.getLogger("zero_shot_node")
+log = logging.getLogger("labels_node")
 
-NODE_NAME = "zero_shot_node"
+NODE_NAME = "labels_node"
 STATUS_NAME = f"{NODE_NAME}: labels"
 VISUAL_LABELS = "openclaw_vision/msg/VisualLabels"
 STAGES = ("deserialize", "score", "publish")
@@ -47,8 +47,8 @@ COUNTS = ("received", "labelled", "mismatched", "rejected", "failed", "label_set
 LIVE = ("labels", "labels_file", "template")
 
 
-class ZeroShotNode:
-    def __init__(self, cfg: cfgmod.ZeroShotConfig, transport: Transport, text_encoder) -> None:
+class LabelsNode:
+    def __init__(self, cfg: cfgmod.LabelsConfig, transport: Transport, text_encoder) -> None:
         from ..text.zero_shot import LabelSet
 
         self.cfg, self.transport, self.text = cfg, transport, text_encoder
@@ -75,33 +75,35 @@ class ZeroShotNode:
         labels = read_labels_file(file) if file else parse_labels(str(params["labels"]))
         return LabelSet.build(self.text, labels, str(params["template"]))
 
-    def reconfigure(self, changes: dict[str, Any]) -> cfgmod.ZeroShotConfig:
-        """Apply run-time parameter changes: a new label set, embedded now, used from the next frame.
+    def reconfigure(self, changes: dict[str, Any]) -> cfgmod.LabelsConfig:
+        """Apply run-time parameter changes: a new label set, embedded now, used from the next frame;
+        diagnostics_period from the next report.
 
         The runner's protocol (rclpy's on-set-parameters callback, `ros2 param set`): a
-        ConfigError refuses the change with its reason and changes nothing. Only the label keys
-        change at run time; this node's other keys are read at start. Keys that are not this
-        node's (use_sim_time) are ignored. Values equal to the current ones change nothing (so
-        the same change seen twice is not embedded twice)."""
+        ConfigError refuses the change with its reason and changes nothing. Which keys change at
+        run time is the config's (`Param.runtime`, as the ROS descriptors say); a label set that
+        cannot be used is counted as refused. Keys that are not this node's (use_sim_time) are
+        ignored. Label values equal to the current ones embed nothing (so the same change seen
+        twice is not embedded twice)."""
         from ..text.zero_shot import LabelError
 
-        own = set(cfgmod.ZeroShotConfig().as_dict())
-        fixed = sorted(k for k in changes if k in own and k not in LIVE)
-        if fixed:
-            raise cfgmod.ConfigError(f"parameter(s) {', '.join(fixed)} read-only (used at start): restart the node")
+        changes = {k: v for k, v in changes.items() if k in self.cfg.params()}
+        self.cfg.check_runtime(changes)  # a read-only key: refused, nothing counted
         with self._change:
-            live = {k: v for k, v in changes.items() if k in LIVE}
-            if all(self._params[k] == v for k, v in live.items()):
-                return self.cfg
-            params = {**self._params, **live}
+            live = {**self._params, **{k: v for k, v in changes.items() if k in LIVE}}
             try:
-                cfg = cfgmod.replace(self.cfg, **params).validate()
-                new = self._label_set(params)
+                cfg = self.cfg.updated(changes)
+                new = self._label_set(live) if live != self._params else None
             except (cfgmod.ConfigError, LabelError, ValueError) as err:
+                if not set(changes) & set(LIVE):
+                    raise
                 self.counters.inc("label_sets_refused")
                 log.warning("label set refused, keeping %d labels: %s", len(self._current.labels), err)
                 raise cfgmod.ConfigError(str(err)) from None
-            self.cfg, self._params, self._current = cfg, params, new
+            self.cfg = cfg
+            if new is None:
+                return cfg
+            self._params, self._current = live, new
         self.counters.inc("label_sets")
         log.info("label set: %s (template %r)", ", ".join(new.labels), new.template)
         return cfg
@@ -146,7 +148,7 @@ class ZeroShotNode:
             fa = self.transport.float_array
             self._labels.publish(
                 self.transport.msg(VISUAL_LABELS)(
-                    header=msg.header, model_id=model, labels=list(current.labels), template=current.template,
+                    header=msg.header, model_id=model, labels=list(current.labels), prompt_template=current.template,
                     scores=fa(scores), similarities=fa(cos), logit_scale=current.logit_scale,
                     top_label=current.labels[top], top_score=float(scores[top]),
                 )
@@ -188,9 +190,9 @@ class ZeroShotNode:
         self._diag.publish(diagnostic_array(self.transport, STATUS_NAME, level, text, values))
 
     def _report(self) -> None:
-        every(self.cfg.diagnostics_period, self._stop, self.publish_diagnostics, log)
+        every(lambda: self.cfg.diagnostics_period, self._stop, self.publish_diagnostics, log)
 
-    def start(self) -> ZeroShotNode:
+    def start(self) -> LabelsNode:
         self._thread.start()
         log.info(
             "ready: %s -> %s, model %s, %d labels (%s), transport %s",
@@ -218,11 +220,11 @@ def _mismatch_text(features_model: str, text_model: str) -> str:
     return ""
 
 
-class ZeroShotLoadError(OpenclawError, RuntimeError):
+class LabelsLoadError(OpenclawError, RuntimeError):
     """The text model, the tokenizer's merges file or the initial label set could not be used."""
 
 
-def _build(cfg: cfgmod.ZeroShotConfig, transport: Transport) -> ZeroShotNode:
+def _build(cfg: cfgmod.LabelsConfig, transport: Transport) -> LabelsNode:
     from ..encoders.base import EncoderError
     from ..text.build import default_text_model_path
     from ..text.encoder import TextEncoder
@@ -232,15 +234,15 @@ def _build(cfg: cfgmod.ZeroShotConfig, transport: Transport) -> ZeroShotNode:
     path = Path(cfg.text_model_path) if cfg.text_model_path else default_text_model_path(cfg.model)
     try:
         text = TextEncoder(path, cfg.threads, cfg.bpe_path or None)
-        return ZeroShotNode(cfg, transport, text)
+        return LabelsNode(cfg, transport, text)
     except (EncoderError, TokenizerError, LabelError) as err:
-        raise ZeroShotLoadError(f"cannot start the labels node: {err}") from err
+        raise LabelsLoadError(f"cannot start the labels node: {err}") from err
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    return node_main(argv, "openclaw-vision zero-shot", NODE_NAME, cfgmod.ZeroShotConfig, "labels.yaml", COUNTS,
-                     _build, (ZeroShotLoadError,), log)  # fmt: skip
+    return node_main(argv, "openclaw-vision labels", NODE_NAME, cfgmod.LabelsConfig, "labels.yaml", COUNTS,
+                     _build, (LabelsLoadError,), log)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from openclaw_vision.text.encoder import TextEncoder
 
 pytestmark = pytest.mark.dds
 LABELS = "openclaw_vision/msg/VisualLabels"
-STATUS = "zero_shot_node: labels"
+STATUS = "labels_node: labels"
 
 
 def _status(msgs) -> list[dict]:
@@ -39,12 +39,12 @@ def test_labels_node_scores_features_with_their_header_and_takes_new_labels_at_r
     node = NodeProcess(
         ["--text-model-path", str(tiny_text_model), "--labels", "door,forklift,person", "--transport", "cyclonedds",
          "--diagnostics-period", "0.2", "--stats-json", str(stats)],
-        log_path=tmp_path / "labels.log", node="zero-shot",
+        log_path=tmp_path / "labels.log", node="labels",
     )  # fmt: skip
     t = CycloneTransport("test_labels")
     try:
         feats = t.publisher("/visual_features", VISUAL_FEATURES, DEFAULT)
-        setter = t.publisher("/zero_shot_node/set_labels", STRING, DEFAULT)
+        setter = t.publisher("/labels_node/set_labels", STRING, DEFAULT)
         labels, diag = Inbox(), Inbox()
         subs = [t.subscribe("/visual_labels", LABELS, DEFAULT, labels),
                 t.subscribe("/diagnostics", DIAGNOSTIC_ARRAY, QoS("reliable", 1), diag)]  # fmt: skip
@@ -69,7 +69,7 @@ def test_labels_node_scores_features_with_their_header_and_takes_new_labels_at_r
         np.testing.assert_allclose(np.asarray(first.scores), want, atol=1e-5)
         assert first.top_label == ["door", "forklift", "person"][int(np.argmax(want))]
         assert first.top_score == pytest.approx(want.max(), abs=1e-5) and first.logit_scale == pytest.approx(1 / 0.07)
-        assert first.template == "a photo of a {}." and len(first.similarities) == 3
+        assert first.prompt_template == "a photo of a {}." and len(first.similarities) == 3
 
         send(101, v1, model="ViT-B-32@0123456789ab")  # another model's features: not comparable, refused
         send(102, np.ones(7, np.float32))  # wrong width: rejected
@@ -105,13 +105,13 @@ def test_labels_node_scores_features_with_their_header_and_takes_new_labels_at_r
 
 def test_label_parameters_change_the_set_and_the_others_are_read_at_start(dds_domain, tiny_text_model):
     """`reconfigure`: what rclpy's on-set-parameters callback calls (here directly: no ROS 2 here)."""
-    from openclaw_vision.config import ConfigError, ZeroShotConfig
+    from openclaw_vision.config import ConfigError, LabelsConfig
     from openclaw_vision.ros.cyclone import CycloneTransport
-    from openclaw_vision.ros.zero_shot_node import ZeroShotNode
+    from openclaw_vision.ros.labels_node import LabelsNode
 
     t = CycloneTransport("test_params")
     try:
-        node = ZeroShotNode(ZeroShotConfig(transport="cyclonedds"), t, TextEncoder(tiny_text_model))
+        node = LabelsNode(LabelsConfig(transport="cyclonedds"), t, TextEncoder(tiny_text_model))
         assert node.label_set.labels == ("door", "forklift", "person")
         assert node.reconfigure({"labels": "door,window"}).labels == "door,window"
         assert node.label_set.labels == ("door", "window") and node.cfg.labels == "door,window"
@@ -133,52 +133,14 @@ def test_label_parameters_change_the_set_and_the_others_are_read_at_start(dds_do
         t.close()
 
 
-def test_a_label_set_from_the_topic_goes_through_rclpy_parameters_all_at_once(monkeypatch):
-    """On rclpy the set-labels topic sets `labels` and `labels_file` together through the parameters
-    (so `ros2 param get` tells the truth): one on-set callback call for both, a refusal reported back.
-    Against test/fake_ros, the Humble rclpy surface (set_parameters_atomically, on-set callbacks)."""
-    import sys
-    from pathlib import Path
-
-    from openclaw_vision.config import ConfigError, ZeroShotConfig
-
-    fake = str(Path(__file__).parent / "fake_ros")
-    forget = [m for m in sys.modules if m.split(".")[0] in ("rclpy", "rcl_interfaces")]
-    for name in forget:
-        monkeypatch.delitem(sys.modules, name)
-    monkeypatch.syspath_prepend(fake)
-    from openclaw_vision.ros.rclpy_transport import RclpyTransport
-
-    t = RclpyTransport("zero_shot_node", ["prog"])
-    try:
-        t.declare_parameters(ZeroShotConfig())
-        seen = []
-
-        def apply(values):
-            seen.append(values)
-            if values.get("labels") == "x":
-                raise ConfigError("no such label set")
-
-        t.on_parameters_set(apply)
-        assert t.set_parameters({"labels": "door", "labels_file": ""}) is None
-        assert seen == [{"labels": "door", "labels_file": ""}]  # one call for the whole set
-        assert t.node.get_parameter("labels").value == "door"
-        assert t.set_parameters({"labels": "x"}) == "no such label set"
-        assert t.node.get_parameter("labels").value == "door"  # refused: nothing changed
-    finally:
-        t.close()
-        for name in [m for m in sys.modules if m.split(".")[0] in ("rclpy", "rcl_interfaces")]:
-            del sys.modules[name]
-
-
 def test_labels_node_refuses_a_bad_configuration_and_a_missing_text_model(dds_domain, tmp_path):
     node = NodeProcess(["--template", "no placeholder", "--transport", "cyclonedds"], log_path=tmp_path / "a.log",
-                       node="zero-shot")  # fmt: skip
+                       node="labels")  # fmt: skip
     assert node.proc.wait(60) == 2
     node.stop()
     assert "template" in node.log_text()
     node = NodeProcess(["--text-model-path", str(tmp_path / "none.onnx"), "--transport", "cyclonedds"],
-                       log_path=tmp_path / "b.log", node="zero-shot")  # fmt: skip
+                       log_path=tmp_path / "b.log", node="labels")  # fmt: skip
     assert node.proc.wait(60) == 2
     node.stop()
     assert "text model not found" in node.log_text() and "--tower text" in node.log_text()

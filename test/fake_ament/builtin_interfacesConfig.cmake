@@ -1,1 +1,0 @@
-set(builtin_interfaces_FOUND TRUE)

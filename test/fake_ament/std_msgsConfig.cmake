@@ -1,1 +1,0 @@
-set(std_msgs_FOUND TRUE)
