@@ -40,7 +40,7 @@ def test_rclpy_under_localhost_only_gets_our_config_without_its_interface(caplog
         dds_config.for_rclpy(env)
     inline = env["CYCLONEDDS_URI"]
     assert inline.startswith("<") and "NetworkInterface" not in inline
-    root = ET.fromstring(inline[inline.index("<CycloneDDS") :])  # the same file otherwise: still one peer, no multicast
+    root = ET.fromstring(inline[inline.index("<CycloneDDS"):])  # the same file otherwise: still one peer, no multicast
     assert root.find(".//{https://cdds.io/config}Peer").get("address") == "127.0.0.1"
     assert dds_config.DdsConfig.read(inline).receive_buffer == 32 * 2**20
     assert "given to rmw without its <Interfaces>" in caplog.text

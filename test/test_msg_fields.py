@@ -14,7 +14,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-
 def words(text: str) -> frozenset[str]:
     return frozenset(text.split())
 

@@ -127,6 +127,8 @@ def test_cmakelists_generates_every_msg_and_installs_executables_launch_config_m
     assert programs[-2:] == ["DESTINATION", "lib/${PROJECT_NAME}"]  # where `ros2 run` looks
 
 
+
+
 def test_setup_py_installs_every_launch_config_and_msg_file(monkeypatch):
     import setuptools
 

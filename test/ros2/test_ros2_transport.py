@@ -198,7 +198,6 @@ def test_bag_play_record_info_and_replay(ros2, node_params, rmem_raised, tmp_pat
     feats = list(bags.read_messages(rec, topic="/visual_features"))
     images = list(bags.read_messages(rec, topic="/camera/image_raw"))
     labels_out = list(bags.read_messages(rec, topic="/visual_labels"))
-
     def stamp(m) -> tuple[int, int]:
         s = bags.deserialize(m.raw, m.msgtype).header.stamp
         return s.sec, s.nanosec
@@ -217,7 +216,7 @@ def test_bag_play_record_info_and_replay(ros2, node_params, rmem_raised, tmp_pat
                           "--storage", "sqlite3", "--out", str(tmp_path / "replayed")],
                          env=pip_env(), capture_output=True, text=True, timeout=120)  # fmt: skip
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    summary = json.loads(out.stdout[out.stdout.index("{") :])
+    summary = json.loads(out.stdout[out.stdout.index("{"):])
     assert summary["sent"] == len(images) and summary["accounted"], summary
     stop(node)
     labels.stop(timeout=10)
