@@ -105,6 +105,7 @@ def goals(result: dict) -> list[dict]:
         )
     out += _int8_goals(result)
     out += result.get("vlm_gguf_goals", [])  # measured and judged by bench/vlm.py run_gguf
+    out += result.get("cameras", {}).get("goals", [])
     node = result.get("node")
     if node and node.get("e2e_p99_over_compute_p99") is not None:
         r = node["e2e_p99_over_compute_p99"]
@@ -204,6 +205,10 @@ def markdown(result: dict) -> str:
             f"{result['prefix_sharing_time_saving']:.0%} of the time saved ({result['prefix_sharing_setup']}).",
         ]
     lines += _gguf_lines(result.get("vlm_gguf"))
+    if result.get("cameras"):
+        from .cameras import markdown as cameras_markdown
+
+        lines += cameras_markdown(result["cameras"])
     if result.get("goals"):
         lines += ["", "| goal | measured | met |", "|---|---|---|"]
         for g in result["goals"]:
