@@ -14,6 +14,14 @@ export CYCLONEDDS_URI := file://$(CURDIR)/config/cyclonedds-loopback.xml
 # `tensorrt_bindings`): the gpu_static tests import them over stub libraries, no TensorRT runtime.
 TRT_BINDINGS := 10=tensorrt-cu12-bindings==10.16.1.11 11=tensorrt-cu13-bindings==11.4.0.106
 TRT_STAMP := $(VENV)/trt/.installed-$(shell echo $(TRT_BINDINGS) | sha1sum | cut -c1-10)
+# The llamacpp extra (llama-cpp-python, compiled from its sdist): the tests' tier, not the demo's.
+LLAMACPP_REQ := $(shell grep -A1 '^llamacpp =' setup.cfg | tail -1 | tr -d ' ')
+LLAMACPP_STAMP := $(VENV)/.llamacpp-$(shell echo $(LLAMACPP_REQ) | sha1sum | cut -c1-10)
+# llama.cpp compiles for the CPU it is built on (-march=native), and these machines change between
+# AVX2-only and AVX-512 VNNI: the built wheel is kept in a folder named by the CPU's vector features,
+# never in pip's shared wheel cache, so a wheel is only ever installed on the kind of CPU it was built for.
+LLAMACPP_ISA := $(shell grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -xE 'avx2|fma|f16c|avx512f|avx512bw|avx512vl|avx512_vnni|avx512_bf16|avx_vnni|amx_int8|amx_bf16' | sort | tr '\n' '-')
+LLAMACPP_WHEELS := $(HOME)/.cache/openclaw-vision/llamacpp-wheels/$(LLAMACPP_ISA)
 
 # `openclaw-vision serve` runs PyTriton in a venv of its own: its release pins numpy<2 (and returns
 # empty outputs under NumPy 2), the project's venv has NumPy 2. The `serve` extra of setup.cfg lists it;
@@ -57,13 +65,21 @@ $(ROS2_STAMP): $(STAMP)
 
 setup: $(STAMP) $(TRT_STAMP) $(SERVE_STAMP) $(ROS2_STAMP)
 
-demo: setup
+# Built once per CPU kind (a few minutes on 2 cores), then installed from that folder in seconds.
+$(LLAMACPP_STAMP): $(STAMP)
+	rm -f $(VENV)/.llamacpp-*
+	ls $(LLAMACPP_WHEELS)/llama_cpp_python-*.whl >/dev/null 2>&1 || \
+	  $(PY) -m pip wheel -q --no-cache-dir --no-deps -w $(LLAMACPP_WHEELS) '$(LLAMACPP_REQ)'
+	$(PY) -m pip install -q --find-links $(LLAMACPP_WHEELS) '$(LLAMACPP_REQ)'
+	touch $@
+
+demo: $(STAMP)
 	$(PY) -m openclaw_vision.cli demo --out out/demo
 
 lint: setup
 	$(PY) -m ruff check .
 
-test: setup lint
+test: setup $(LLAMACPP_STAMP) lint
 	$(PY) -m pytest -q
 
 clean:

@@ -77,6 +77,36 @@ def camera_topics(path: Path) -> dict[str, str]:
         return dict(sorted({c.topic: c.msgtype for c in reader.connections if c.msgtype in CAMERA_TYPES}.items()))
 
 
+def iter_frames(path: Path, topic: str | None = None, limit: int = 0, every: int = 1) -> Iterator:
+    """The frames of one camera topic of a bag, one at a time (bags are long): `Frame`s from a
+    sensor_msgs/Image topic, `CompressedFrame`s (checked, decoded later: `FramePipeline` does it)
+    from a CompressedImage topic. `topic` defaults to the bag's first camera topic; `every` takes
+    every k-th message, `limit` stops after that many frames. A message that is not a valid image
+    raises FrameError naming the bag and the message's position."""
+    from .preprocess.compressed import CompressedFrame
+    from .preprocess.encodings import FrameError
+    from .preprocess.frame import Frame
+
+    cameras = camera_topics(path)
+    if not cameras or (topic and topic not in cameras):
+        have = ", ".join(cameras) or "none"
+        raise ValueError(f"{path}: no camera topic {topic or ''} (Image or CompressedImage); it has {have}")
+    topic = topic or next(iter(cameras))
+    kind = cameras[topic]
+    wrap = CompressedFrame.from_message if kind == COMPRESSED_IMAGE_TYPE else Frame.from_message
+    taken = 0
+    for i, msg in enumerate(read_messages(path, kind, topic)):
+        if i % every:
+            continue
+        if limit and taken >= limit:
+            return
+        try:
+            yield wrap(deserialize(msg.raw, kind))
+        except FrameError as err:
+            raise FrameError(f"{path}: {topic} message {i}: {err}") from err
+        taken += 1
+
+
 class BagWriter:
     """Write raw CDR messages to a version-8 rosbag2 (mcap or sqlite3)."""
 

@@ -493,7 +493,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--index", type=int, default=0, help="which frame of the bag (0 = first)")
     p.add_argument("--model", default="ViT-B-32", help="encoder model (its INT8 build is made if missing)")
     p.add_argument("--model-path", type=Path, default=None, help="an encoder ONNX file instead")
-    p.add_argument("--llm", default="tiny", help="tiny | tinyllama-1.1b (random weights) | a Hugging Face folder")
+    p.add_argument("--llm", default="tiny", help="tiny | tinyllama-1.1b (random) | a HF folder | a .gguf file")
     p.add_argument("--tokenizer", type=Path, default=None)
     p.add_argument("--projector", type=Path, default=None)
     p.add_argument("--visual-tokens", type=int, default=8)

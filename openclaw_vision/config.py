@@ -78,7 +78,7 @@ def param(default: Any, description: str, **kw: Any) -> Any:
     return field(default=default, metadata={"param": Param(description, **kw)})
 
 
-TYPE_NAMES = {bool: "bool", int: "int", float: "float", str: "str"}
+TYPE_NAMES = {bool: "bool", int: "int", float: "float", str: "str", tuple: "list of str"}
 
 
 def coerce(key: str, value: Any, want: type) -> Any:
@@ -87,6 +87,8 @@ def coerce(key: str, value: Any, want: type) -> Any:
     a number are errors on every path, as a statically typed ROS parameter would be."""
     if want is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if want is tuple and isinstance(value, list | tuple) and all(type(v) is str for v in value):
+        return tuple(value)  # a string array (YAML list, ROS string array); kept as a tuple: configs are frozen
     if type(value) is want:
         return value
     raise ConfigError(f"parameter {key}={value!r}: expected {TYPE_NAMES.get(want, want.__name__)}")
@@ -100,7 +102,8 @@ class NodeConfig:
         return self
 
     def as_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """Every key's value as a parameters file or ROS holds it (a string array as a list)."""
+        return {f.name: (lambda v: list(v) if isinstance(v, tuple) else v)(getattr(self, f.name)) for f in fields(self)}
 
     @classmethod
     def params(cls) -> dict[str, Param]:
@@ -140,6 +143,7 @@ class NodeConfig:
 
 
 VLM_BACKENDS = ("auto", "numpy", "cupy")
+LLM_BACKENDS = ("auto", "ours", "llamacpp")  # the VLM's language model: our decoder or llama.cpp (GGUF)
 PERIOD = {"minimum": 0.0, "above": True, "runtime": True}  # seconds, > 0, changes at run time
 
 
@@ -148,6 +152,13 @@ class EncoderConfig(NodeConfig):
     # The descriptions are the comments of config/encoder.yaml, word for word (test_packaging checks).
     image_topic: str = param("/camera/image_raw", "sensor_msgs/Image topic to encode")
     features_topic: str = param("/visual_features", "where one VisualFeatures per encoded frame goes")
+    image_topics: tuple = param(
+        (), "several cameras, one batch: these topics instead of image_topic (a .../compressed one: CompressedImage)"
+    )  # fmt: skip
+    features_pattern: str = param(
+        "{camera}/visual_features", "each camera's features topic with image_topics; {camera}: its topic's namespace"
+    )  # fmt: skip
+    max_batch: int = param(0, "most frames (one per camera) encoded in one batch; 0: the model's maximum", minimum=0)
     model: str = param("ViT-B-32", "named CLIP architecture (tiny, ViT-B-32, ViT-L-14, ...) unless model_path is set")
     model_path: str = param("", "ONNX file; empty: ~/.cache/openclaw_vision/models/<model>.<precision>.onnx")
     backend: str = param("auto", "inference backend; auto: the GPU when one is usable", choices=backends.choices())
@@ -183,6 +194,15 @@ class EncoderConfig(NodeConfig):
         for key in ("image_topic", "features_topic"):
             if not getattr(self, key) or " " in getattr(self, key):
                 raise self._bad(key, "must be a non-empty ROS topic name")
+        if any(not t or " " in t for t in self.image_topics) or len(set(self.image_topics)) < len(self.image_topics):
+            raise self._bad("image_topics", "must be distinct, non-empty ROS topic names")
+        try:
+            pattern = self.features_pattern
+            one = pattern.format(camera="/a", topic="/a/b") != pattern.format(camera="/c", topic="/c/d")
+        except (KeyError, IndexError, ValueError):
+            one = False
+        if not one:
+            raise self._bad("features_pattern", "must contain {camera} or {topic} (one features topic per camera)")
         if self.model not in MODEL_CONFIGS and not self.model_path:
             raise self._bad("model", f"unknown; known: {', '.join(MODEL_CONFIGS)} (or set model_path)")
         self._check_params()
@@ -196,7 +216,9 @@ class VlmConfig(NodeConfig):
     prompt_topic: str = param("/vlm/prompt", "std_msgs/String questions")
     answer_topic: str = param("/vlm/answer", "openclaw_vision/VlmAnswer, header of the frame answered about")
     stream_topic: str = param("", "e.g. /vlm/answer_stream: each decoded piece as std_msgs/String; empty: off")
-    llm: str = param("tiny", "tiny | tinyllama-1.1b (random weights) | a Hugging Face Llama folder")
+    llm: str = param("tiny", "tiny | tinyllama-1.1b (random weights) | a Hugging Face Llama folder | a .gguf file")
+    llm_backend: str = param("auto", "ours | llamacpp; auto: llamacpp for a GGUF file where installed",
+                             choices=LLM_BACKENDS)  # fmt: skip
     tokenizer: str = param("", "tokenizer.json; empty: the checkpoint folder's, or the built-in one")
     projector: str = param("", "projector safetensors (projector.fc1/fc2); empty: random init")
     # The width of /visual_features is the encoder model's (models/configs.py), not a second copy here:
@@ -315,8 +337,9 @@ def add_arguments(parser: argparse.ArgumentParser, cls=EncoderConfig) -> None:
     for f in fields(cls):
         default = getattr(cls(), f.name)
         kind = type(default)
+        many = {"type": str, "nargs": "+"} if kind is tuple else {"type": kind}  # --image-topics T1 T2 ...
         parser.add_argument(
-            "--" + f.name.replace("_", "-"), dest=f.name, type=kind, default=None, help=f"(default: {default!r})"
+            "--" + f.name.replace("_", "-"), dest=f.name, default=None, help=f"(default: {default!r})", **many
         )
 
 

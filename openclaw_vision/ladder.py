@@ -124,18 +124,16 @@ def measure_latency(fp32: Path, int8: Path, frames_bag: Path, budget_s: float = 
     """One 1080p frame → preprocess → encode, FP32 vs INT8 interleaved in this process (P50/P99 ms)."""
     from .bench.harness import Variant, run_interleaved, summarise
     from .encoders.onnxruntime import OnnxRuntimeEncoder
-    from .preprocess.cpu import CpuPreprocessor
-    from .preprocess.spec import PreprocessSpec
+    from .pipeline import FramePipeline
     from .quant.data import load_frames
 
     frames = load_frames(frames_bag, spread=8)
-    encoders = {"fp32": OnnxRuntimeEncoder(fp32), "int8": OnnxRuntimeEncoder(int8)}
-    pre = CpuPreprocessor(PreprocessSpec(size=encoders["fp32"].image_size))
+    encoders = {k: FramePipeline(OnnxRuntimeEncoder(p)) for k, p in (("fp32", fp32), ("int8", int8))}
     it = {"i": 0}
 
-    def one_frame(enc):
+    def one_frame(pipeline):
         it["i"] = (it["i"] + 1) % len(frames)
-        return enc.encode(pre(frames[it["i"]])[None])
+        return pipeline.encode(frames[it["i"]])
 
     first = {}
     for k, enc in encoders.items():

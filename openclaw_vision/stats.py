@@ -51,41 +51,52 @@ class Counters:
             return dict(self._values)
 
 
-class LatestSlot:
-    """A one-item mailbox: `put` replaces what is waiting (and says so), `take` blocks for the newest.
+class LatestSlots:
+    """One newest-item mailbox per camera, one taker: the newest-frame policy in one place.
 
-    This is the newest-frame policy in one place: a slow consumer sees the latest frame and
-    never a queue of stale ones; the producer learns how many it displaced, to count them.
+    `put` replaces what is waiting in that camera's slot (and says so, so the producer can count
+    the displaced frame as dropped); a slow consumer sees each camera's latest frame and never a
+    queue of stale ones. `take` waits until any slot is full and empties up to `limit` of them in
+    one go — a cross-camera batch.
+
+    Fairness, when more cameras have a frame than a batch holds: round robin. Cameras are kept in
+    a fixed order; each `take` starts at the camera after the last one the previous `take`
+    served and takes the cameras with a frame in that order. A camera with a frame therefore waits
+    at most ceil(cameras / limit) - 1 batches, whatever the others send.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, keys: Iterable) -> None:
+        self._keys = list(keys)
+        if not self._keys or len(set(self._keys)) != len(self._keys):
+            raise ValueError("LatestSlots needs distinct keys")
         self._cond = threading.Condition()
-        self._item = None
-        self._full = False
+        self._items: dict = {}
+        self._next = 0
         self._closed = False
 
-    def put(self, item) -> bool:
-        """Store `item`; True when it displaced one the consumer never took."""
+    def put(self, key, item) -> bool:
+        """Store `item` as `key`'s newest; True when it displaced one the consumer never took."""
         with self._cond:
-            displaced = self._full
-            self._item, self._full = item, True
+            displaced = key in self._items
+            self._items[key] = item
             self._cond.notify()
             return displaced
 
-    def take(self, timeout: float | None = None):
-        """The newest item, or None on timeout or after close()."""
+    def take(self, limit: int = 1, timeout: float | None = None) -> list[tuple]:
+        """[(key, item)] of up to `limit` cameras (round robin, see the class); [] on timeout or after close()."""
         with self._cond:
-            if not self._cond.wait_for(lambda: self._full or self._closed, timeout):
-                return None
-            if not self._full:
-                return None
-            item, self._item, self._full = self._item, None, False
-            return item
+            if not self._cond.wait_for(lambda: self._items or self._closed, timeout) or not self._items:
+                return []
+            n = len(self._keys)
+            order = [self._keys[(self._next + i) % n] for i in range(n)]
+            chosen = [k for k in order if k in self._items][: max(1, limit)]
+            self._next = (self._keys.index(chosen[-1]) + 1) % n
+            return [(k, self._items.pop(k)) for k in chosen]
 
-    def close(self):
-        """Wake every taker for good; return the item nobody took (None if empty), so it can be counted."""
+    def close(self) -> dict:
+        """Wake the taker for good; return {key: item} nobody took, so they can be counted."""
         with self._cond:
             self._closed = True
-            left, self._item, self._full = (self._item if self._full else None), None, False
+            left, self._items = self._items, {}
             self._cond.notify_all()
             return left

@@ -11,6 +11,10 @@ gpu_static tests cannot:
 3. latency: 1080p rgb8 per stage, P50/P99 over many frames — H2D of the raw bytes, kernel,
    encode, D2H (CUDA events on the one stream) and the wall time per frame — beside the CPU
    path (OpenCV preprocessing + ORT FP32 on every core), measured in the same run.
+4. batches (the multi-camera node's path): FramePipeline with the GPU encoder's own
+   preprocessor, frame k of a batch written by the kernel into row k of the input buffer (one
+   launch per frame), one encode per batch of 1, 2, 4, 8 frames: cosine of each batch row
+   against that frame alone, and wall time per batch and per frame at each size.
 
 `--dry-run` runs the same functions with the kernel built for the CPU by g++ (shim.h), the
 torch encoder on the CPU and host timers, so the script itself is tested without a GPU.
@@ -54,6 +58,13 @@ class ShimKernel:
     def upload(self, data, height, width, step, encoding):
         job = kernel_plan.plan_job(height, width, step, encoding, SPEC, len(data), self.rows_per_thread)
         return job, np.asarray(data)
+
+    def __call__(self, frame, out=None):
+        """CudaPreprocessor.__call__: a Frame's bytes in place, with their row step."""
+        from openclaw_vision.preprocess.gpu import raw_bytes
+
+        data, step = raw_bytes(frame)
+        return self.launch(self.upload(data, frame.height, frame.width, step, frame.encoding), frame.big_endian, out)
 
     def launch(self, plan, big_endian=False, out=None):
         job, raw = plan
@@ -331,6 +342,38 @@ def kernel_variants(dry: bool, build_dir: Path, iters: int) -> dict:
     return {"us_per_launch": out, "default_rows_per_thread": kernel_plan.ROWS_PER_THREAD}
 
 
+def check_batches(dry: bool, model: Path, build_dir: Path, sizes: tuple[int, ...], iters: int) -> dict:
+    """Batches of 1080p frames through FramePipeline on the GPU encoder (kernel into row k, one encode)."""
+    from openclaw_vision.encoders.gpu_common import BoundPreprocessor, CudaDevice
+    from openclaw_vision.encoders.torch_cuda import TorchCudaEncoder
+    from openclaw_vision.pipeline import FramePipeline
+
+    dev = None if dry else CudaDevice()
+    enc = TorchCudaEncoder(model, device=HostDevice() if dry else dev, max_batch=max(sizes))
+    half = np.dtype(enc.input.dtype) == np.float16
+    kernel = make_kernel(dry, half, kernel_plan.ROWS_PER_THREAD, build_dir, None if dry else dev.stream)
+    pipe = FramePipeline(enc, preprocessor=BoundPreprocessor(kernel, enc.input))
+    frames = [Frame.from_rgb(f) for f in frames_1080(max(sizes))[0]]
+    alone = np.stack([pipe.encode(f).vectors[0] for f in frames])
+    res: dict[str, Any] = {"backend": enc.backend, "launches": "one per frame", "per_batch": {}}
+    worst = 1.0
+    for n in sizes:
+        worst = min(worst, float(cosine(pipe.run(frames[:n]).vectors, alone[:n]).min()))
+        walls = []
+        for _ in range(iters + 2):
+            t0 = time.perf_counter()
+            pipe.run(frames[:n])  # ends with the D2H copy and a stream sync: the wall time is the batch's
+            walls.append((time.perf_counter() - t0) * 1e3)
+        wall = float(np.median(walls[2:] or walls))
+        res["per_batch"][str(n)] = {"wall_ms_p50": round(wall, 3), "per_frame_ms_p50": round(wall / n, 3)}
+    res["min_cosine_batch_vs_alone"] = round(worst, 6)
+    one = res["per_batch"][str(sizes[0])]["per_frame_ms_p50"]
+    res["per_frame_speedup_at_largest"] = round(
+        one / max(res["per_batch"][str(sizes[-1])]["per_frame_ms_p50"], 1e-9), 2
+    )
+    return res
+
+
 def check_tensorrt(dry: bool, models: dict[str, Path], workdir: Path, build_dir: Path, budget_s: float) -> dict:
     from openclaw_vision.encoders import tensorrt as trtmod
 
@@ -384,6 +427,7 @@ def run(dry: bool, budget_s: float = 300) -> dict:
         ("gpu_encoder_vs_ort_fp32", lambda: check_encoder(dry, ref, build_dir, n=4 if dry else 12)),
         ("latency_1080p", lambda: stage_latency(dry, ref, build_dir, iters=6 if dry else 300)),
         ("kernel_variants", lambda: kernel_variants(dry, build_dir, iters=200)),
+        ("batches", lambda: check_batches(dry, ref, build_dir, (1, 2, 4) if dry else (1, 2, 4, 8), 1 if dry else 50)),
         ("tensorrt", lambda: check_tensorrt(dry, models, workdir, build_dir, budget_s - (time.perf_counter() - start))),
     ]
     for name, fn in sections:
@@ -401,6 +445,7 @@ def run(dry: bool, budget_s: float = 300) -> dict:
         result["kernel_vs_cpu_path"].get("passed")
         and result["gpu_encoder_vs_ort_fp32"].get("min_cosine", 0) >= (0.9999 if dry else 0.999)
         and "error" not in result["latency_1080p"]
+        and result["batches"].get("min_cosine_batch_vs_alone", 0) >= (0.99999 if dry else 0.999)
         and "error" not in result["tensorrt"]
     )
     return result

@@ -34,6 +34,23 @@ def tiny_model(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def int8_model(tiny_model, tmp_path_factory) -> Path:
+    """A Q/DQ INT8 build of `tiny_model` with fixed ranges (no calibration run: fast, deterministic)."""
+    import onnx
+
+    from openclaw_vision.quant.calibrate import Range
+    from openclaw_vision.quant.graph import quantisable_layers
+    from openclaw_vision.quant.qdq import build_qdq_model
+
+    model = onnx.load(str(tiny_model))
+    ranges = {layer.activation: Range(-4.0, 4.0) for layer in quantisable_layers(model)}
+    q = build_qdq_model(model, quantisable_layers(model), ranges, "s8s8", metadata={"precision": "int8"})
+    path = tmp_path_factory.mktemp("int8") / "tiny.int8.onnx"
+    onnx.save(q, str(path))
+    return path
+
+
+@pytest.fixture(scope="session")
 def tiny_text_model(tmp_path_factory) -> Path:
     """The text tower of the same random tiny model (same model id as `tiny_model`)."""
     from openclaw_vision.models.export import export_model

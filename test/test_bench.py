@@ -80,6 +80,27 @@ def test_quick_bench_writes_json_markdown_and_plots(tiny_model, tmp_path, dds_do
     assert "| preprocess/ours-cpu | 1 |" in (out / "bench.md").read_text()
 
 
+def test_cameras_bench_runs_both_setups_and_accounts_for_every_frame_per_camera(tiny_model, tmp_path, dds_domain):
+    """`bench --mode cameras` on the tiny model, N = 2, short windows: the table's rows and counts."""
+    out = tmp_path / "bench"
+    res = subprocess.run(
+        [sys.executable, "-m", "openclaw_vision.cli", "bench", "--mode", "cameras", "--model", "tiny",
+         "--model-path", str(tiny_model), "--int8-model-path", str(tiny_model), "--backend", "onnxruntime",
+         "--cameras", "2", "--seconds", "1.5", "--warmup", "0.5", "--out", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:] + res.stdout[-2000:]
+    trials = json.loads((out / "bench.json").read_text())["cameras"]["trials"]
+    assert [(t["setup"], t["cameras"], t["nodes"]) for t in trials] == [("multi", 2, 1), ("single", 2, 2)]
+    for t in trials:
+        assert len(t["per_camera"]) == t["cameras"] and t["rss_mb"] > 0 and t["total_fps"] > 0
+        for cam in t["per_camera"]:
+            assert cam["sent"] >= cam["received"] == cam["encoded"] + cam["dropped"] + cam["rejected"] + cam["failed"]
+            assert cam["rejected"] == cam["failed"] == 0 and cam["p50_ms"] <= cam["p99_ms"]
+    assert [c["camera"] for c in trials[0]["per_camera"]] == ["/cam0/image_raw", "/cam1/image_raw"]
+    assert "| 2 | single | 2 |" in (out / "bench.md").read_text()
+
+
 @pytest.mark.vlm
 def test_vlm_bench_writes_the_variants_and_top_level_metrics(tmp_path):
     res = subprocess.run(

@@ -44,6 +44,8 @@ def test_gpu_check_dry_run_compares_the_kernel_and_encoder_and_times_the_stages(
     assert v["gpu_encoder_vs_ort_fp32"]["backend"] == "torch" and v["gpu_encoder_vs_ort_fp32"]["min_cosine"] >= 0.9999
     stages = v["latency_1080p"]["ms"]
     assert all(stages[s]["p50"] > 0 for s in ("h2d", "kernel", "encode", "d2h", "gpu_wall", "preprocess", "cpu_wall"))
+    b = v["batches"]  # the multi-camera path: kernel into row k of the input, one encode per batch
+    assert set(b["per_batch"]) == {"1", "2", "4"} and b["min_cosine_batch_vs_alone"] >= 0.99999
     assert v["tensorrt"] == {"available": False, "reason": "TensorRT is not importable here (no `tensorrt` module)",
                              "seconds": v["tensorrt"]["seconds"]}  # fmt: skip
     assert v["passed"] is True

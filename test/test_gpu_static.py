@@ -228,6 +228,27 @@ def test_half_output_is_the_float_output_rounded_to_fp16(shim_exe):
     np.testing.assert_array_equal(a.astype(np.float16), b)
 
 
+def test_each_frame_of_a_batch_lands_in_its_own_row_of_the_input_buffer(shim_exe):
+    """A batch of frames of different sizes and encodings, each written by the kernel into row k
+    of one (3, 3, S, S) buffer, as the GPU path writes the engine's input: row k is exactly that
+    frame's single-frame output and every other row is untouched (under ASan: nothing outside)."""
+    rng = np.random.default_rng(5)
+    base = _frames_1080(1)[0]
+    jobs, singles = [], []
+    for h, w, pad, enc in [(1080, 1920, 7, "rgb8"), (480, 640, 3, "nv12"), (151, 97, 0, "mono16")]:
+        rgb = cv2.resize(base, (w, h), interpolation=cv2.INTER_AREA)
+        rows, big = pack(np.ascontiguousarray(rgb), enc, rng)
+        raw, step = with_pitch(rows, pad)
+        job = plan_job(h, w, step, enc, SPEC, raw.size)
+        jobs.append((job, raw, big))
+        singles.append(shimmod.preprocess_job(job, raw, big, half=False))
+    single = [np.frombuffer(o, np.float32).reshape(3, 224, 224) for o in shimmod.run(shim_exe, singles)]
+    for k, batch in enumerate(shimmod.preprocess_into_batch(shim_exe, jobs)):
+        np.testing.assert_array_equal(batch[k], single[k])
+        others = np.delete(batch, k, axis=0)
+        assert np.isnan(others).all(), f"frame {k} wrote outside its row"
+
+
 def test_crop_is_the_cpu_paths_crop():
     for h, w in [(1080, 1920), (1081, 1919), (480, 854), (1920, 1080), (301, 203)]:
         for enc in ("rgb8", "yuv422", "mono8"):
@@ -400,20 +421,6 @@ def test_tensorrt_runner_type_checks_against_the_real_bindings(trt_env, major, t
 
 
 # --- 4. our INT8 model under TensorRT's explicit-quantisation rules ------------------------------
-
-
-@pytest.fixture(scope="module")
-def int8_model(tiny_model, tmp_path_factory) -> Path:
-    from openclaw_vision.quant.calibrate import Range
-    from openclaw_vision.quant.graph import quantisable_layers
-    from openclaw_vision.quant.qdq import build_qdq_model
-
-    model = onnx.load(str(tiny_model))
-    ranges = {layer.activation: Range(-4.0, 4.0) for layer in quantisable_layers(model)}
-    q = build_qdq_model(model, quantisable_layers(model), ranges, "s8s8", metadata={"precision": "int8"})
-    path = tmp_path_factory.mktemp("int8") / "tiny.int8.onnx"
-    onnx.save(q, str(path))
-    return path
 
 
 def _mutate(path: Path, fn) -> onnx.ModelProto:
@@ -672,33 +679,38 @@ def test_gpu_encoder_uses_its_input_buffer_without_a_copy_and_copies_host_batche
 
 
 def test_the_encoder_node_lets_a_gpu_encoder_preprocess_into_its_own_buffer(tiny_model):
-    """The seam in encoder_node.py: a GPU encoder's frame_preprocessor replaces the CPU one, and the
-    tensor it fills is encoded without a copy (here the CPU path stands in for the CUDA kernel)."""
-    import time
+    """The seam: a GPU encoder's declared frame_preprocessor replaces the CPU one in FramePipeline;
+    frame k of a batch is written into row k of the encoder's input and encoded without a copy
+    (here the CPU preprocessor stands in for the CUDA kernel behind BoundPreprocessor)."""
     from unittest import mock
 
     from openclaw_vision.config import EncoderConfig
+    from openclaw_vision.encoders.base import ImageEncoder
+    from openclaw_vision.encoders.gpu_common import BoundPreprocessor
+    from openclaw_vision.encoders.onnxruntime import OnnxRuntimeEncoder
     from openclaw_vision.encoders.torch_cuda import TorchCudaEncoder
     from openclaw_vision.ros.encoder_node import EncoderNode
 
     dev = HostDevice()
-    enc = TorchCudaEncoder(tiny_model, device=dev, max_batch=1)
-
-    def frame_preprocessor():
-        def fill(frame):
-            enc.input[0] = CpuPreprocessor()(frame)
-            return enc.input[0]
-
-        return fill
-
-    enc.frame_preprocessor = frame_preprocessor
-    node = EncoderNode(EncoderConfig(), mock.MagicMock(), enc)
-    frame = Frame.from_rgb(next(iter(pan_frames(1, 640, 480))))
-    node._encode_one(frame, mock.sentinel.header, time.perf_counter())
-    assert node.counters.snapshot()["encoded"] == 1 and node.counters.snapshot()["failed"] == 0
+    enc = TorchCudaEncoder(tiny_model, device=dev, max_batch=2)
+    assert isinstance(enc, ImageEncoder)
+    enc.frame_preprocessor = lambda: BoundPreprocessor(CpuPreprocessor(), enc.input)
+    cfg = EncoderConfig(image_topics=("/a/image_raw", "/b/image_raw"))
+    node = EncoderNode(cfg, mock.MagicMock(), enc)
+    frames = [Frame.from_rgb(f) for f in pan_frames(3, 640, 480)]
+    frames[1] = Frame.from_rgb(cv2.resize(frames[1].pixels, (320, 200)))  # another size in the same batch
+    node._encode_batch([("/a/image_raw", (frames[0], "hdr-a", 0.0)), ("/b/image_raw", (frames[1], "hdr-b", 0.0))])
     assert "upload" not in dev.calls and "copy" not in dev.calls
-    features = node.transport.msg.return_value.call_args.kwargs
-    assert features["header"] is mock.sentinel.header and features["dim"] == 32
+    published = [c.kwargs for c in node.transport.msg.return_value.call_args_list]
+    assert [p["header"] for p in published] == ["hdr-a", "hdr-b"] and all(p["dim"] == 32 for p in published)
+    assert {k: c["encoded"] for k, c in node.stats()["cameras"].items()} == {"/a/image_raw": 1, "/b/image_raw": 1}
+    ref = OnnxRuntimeEncoder(tiny_model, threads=1).encode(np.stack([CpuPreprocessor()(f) for f in frames[:2]]))
+    got = np.stack([node.transport.float_array.call_args_list[i].args[0] for i in range(2)])
+    np.testing.assert_allclose(got, ref.vectors, atol=1e-5)
+    # a smaller batch runs at its own size: one frame, rows [0, 1) only
+    dev.calls.clear()
+    node._encode_batch([("/b/image_raw", (frames[2], "hdr-b2", 0.0))])
+    assert "upload" not in dev.calls and node.stats()["cameras"]["/b/image_raw"]["encoded"] == 2
 
 
 def test_build_engine_command_without_tensorrt_says_so(tiny_model, capsys):

@@ -24,8 +24,6 @@ from openclaw_vision.ros.launch_args import (
 ROOT = Path(__file__).resolve().parents[1]
 
 
-
-
 def test_only_set_arguments_become_parameters_typed_as_launch_ros_types_them():
     unset = {name: UNSET for name in (*ENCODER_ARGUMENTS, *VLM_ARGUMENTS, *LABELS_ARGUMENTS)}
     assert node_overrides(unset) == ({}, {}, {})
@@ -52,3 +50,12 @@ def test_the_launch_file_helpers_import_without_ros_or_numpy():
         "heavy = {'numpy', 'cv2', 'onnxruntime', 'rclpy'} & set(sys.modules); assert not heavy, heavy"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_image_topics_argument_gives_the_encoder_a_camera_list():
+    unset = {name: UNSET for name in (*ENCODER_ARGUMENTS, *VLM_ARGUMENTS, *LABELS_ARGUMENTS)}
+    enc, _, _ = node_overrides({**unset, "image_topics": "[/front/image_raw, /rear/image_raw/compressed]"})
+    assert enc == {"image_topics": ["/front/image_raw", "/rear/image_raw/compressed"]}  # a YAML list: a string array
+    cfg = EncoderConfig.from_dict(enc).validate()
+    assert cfg.image_topics == ("/front/image_raw", "/rear/image_raw/compressed")
+    assert cfg.image_topic == EncoderConfig().image_topic  # the one-camera key is left to the file

@@ -98,7 +98,7 @@ def test_the_encoder_node_changes_run_time_parameters_while_it_runs(dds_domain, 
         features.wait(1)
         assert node.reconfigure({"depth": 3}).depth == 3
         # the new reader is matched and the old one has left the topic (else the writer would see two)
-        wait_until(lambda: node._images.matched() == 1)
+        wait_until(lambda: node.cameras["/camera/image_raw"].images.matched() == 1)
         assert images.matched() == 1
         send(2)
         assert [f.header.stamp.nanosec for f in features.wait(2)] == [1, 2]
@@ -112,7 +112,7 @@ def test_the_encoder_node_changes_run_time_parameters_while_it_runs(dds_domain, 
         assert diags.items == []  # every 1000 s: none yet
         node.reconfigure({"diagnostics_period": 0.2, "log_throttle_period": 9.0})
         diags.wait(2)  # the new period is taken at once, not after the old one ran out
-        assert node._warn_reject.period == node._warn_fail.period == 9.0
+        assert node.cameras["/camera/image_raw"].warn_reject.period == node._warn_fail.period == 9.0
     finally:
         node.stop()
         test_t.close()

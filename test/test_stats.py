@@ -7,23 +7,19 @@ import threading
 from hypothesis import given
 from hypothesis import strategies as st
 
-from openclaw_vision.stats import Counters, LatestSlot, percentiles
+from openclaw_vision.stats import Counters, LatestSlots, percentiles
 
 
 @given(st.lists(st.sampled_from(["put", "take"]), max_size=60))
 def test_latest_slot_hands_out_only_the_newest_and_counts_every_displacement(ops):
-    slot, n, displaced, taken = LatestSlot(), 0, 0, []
+    slot, n, displaced, taken = LatestSlots(["cam"]), 0, 0, []
     for op in ops:
         if op == "put":
             n += 1
-            displaced += slot.put(n)
+            displaced += slot.put("cam", n)
         else:
-            item = slot.take(timeout=0)
-            if item is not None:
-                taken.append(item)
-    last = slot.take(timeout=0)
-    if last is not None:
-        taken.append(last)
+            taken += [item for _, item in slot.take(timeout=0)]
+    taken += [item for _, item in slot.take(timeout=0)]
     assert taken == sorted(taken)  # never an older frame after a newer one
     assert len(taken) + displaced == n  # every item is either consumed or counted as displaced
     if n:
@@ -31,17 +27,38 @@ def test_latest_slot_hands_out_only_the_newest_and_counts_every_displacement(ops
 
 
 def test_take_blocks_until_put_and_close_releases_it():
-    slot, got = LatestSlot(), []
+    slot, got = LatestSlots(["cam"]), []
     t = threading.Thread(target=lambda: got.append(slot.take(timeout=5)))
     t.start()
-    slot.put("frame")
+    slot.put("cam", "frame")
     t.join()
-    assert got == ["frame"]
+    assert got == [[("cam", "frame")]]
     t = threading.Thread(target=lambda: got.append(slot.take(timeout=5)))
     t.start()
     slot.close()
     t.join()
-    assert got == ["frame", None]
+    assert got == [[("cam", "frame")], []]
+
+
+@given(st.lists(st.tuples(st.sampled_from("abcde"), st.booleans()), max_size=80), st.integers(1, 5))
+def test_cross_camera_takes_are_round_robin_and_lose_nothing(ops, limit):
+    """Under any sequence of arrivals, a camera with a frame waits at most ceil(5 / limit) - 1
+    takes, a take holds at most `limit` distinct cameras, and every frame is taken or displaced."""
+    keys = list("abcde")
+    slots, n, displaced, taken, waited = LatestSlots(keys), 0, 0, [], dict.fromkeys(keys, 0)
+    for key, take in ops:
+        n += 1
+        displaced += slots.put(key, n)
+        if take:
+            batch = slots.take(limit, timeout=0)
+            assert 0 < len(batch) <= limit and len({k for k, _ in batch}) == len(batch)
+            for k in keys:
+                waited[k] = 0 if any(b == k for b, _ in batch) else waited[k] + (k in slots._items)
+                assert waited[k] <= -(-len(keys) // limit) - 1, (k, waited)
+            taken += [item for _, item in batch]
+    for batch in iter(lambda: slots.take(limit, timeout=0), []):
+        taken += [item for _, item in batch]
+    assert len(taken) + displaced == n
 
 
 def test_percentiles_and_counters():

@@ -244,7 +244,7 @@ def test_a_server_killed_mid_stream_fails_frames_visibly_and_the_node_recovers(t
         text = caplog.text
         assert f"triton: server at grpc://127.0.0.1:{port} lost" in text
         assert f"triton: server at grpc://127.0.0.1:{port} back after" in text
-        assert "encoding a frame failed: Triton" in text
+        assert "encoding a frame failed (a batch of 1, each counted): Triton" in text
     finally:
         for srv in servers:
             srv.stop()

@@ -91,27 +91,17 @@ def _variant(name: str, s: dict) -> dict:
 
 def isolated_compute(bag: Path, model_path: Path, iters: int) -> dict:
     """Preprocess and encode P50/P99 (ms) of the bag's frames in this process, as the node does them."""
-    import time
-
     from ..encoders.onnxruntime import OnnxRuntimeEncoder
-    from ..preprocess.cpu import CpuPreprocessor
-    from ..preprocess.spec import PreprocessSpec
-    from ..ros.cdr import parse_image
-    from ..ros.convert import image_to_frame
+    from ..pipeline import FramePipeline
 
-    enc = OnnxRuntimeEncoder(model_path)
-    pre = CpuPreprocessor(PreprocessSpec(size=enc.image_size))
-    frames = [image_to_frame(parse_image(m.raw)) for m in bags.read_messages(bag, bags.IMAGE_TYPE)][:10]
+    pipeline = FramePipeline(OnnxRuntimeEncoder(model_path))
+    frames = list(bags.iter_frames(bag, limit=10))
     times: dict[str, list[float]] = {"preprocess": [], "encode": []}
     for i in range(iters + 3):
-        t0 = time.perf_counter()
-        x = pre(frames[i % len(frames)])[None]
-        t1 = time.perf_counter()
-        enc.encode(x)
-        t2 = time.perf_counter()
+        res = pipeline.run([frames[i % len(frames)]])
         if i >= 3:  # warm-up calls are not timed
-            times["preprocess"].append((t1 - t0) * 1e3)
-            times["encode"].append((t2 - t1) * 1e3)
+            times["preprocess"].append(res.preprocess_s[0] * 1e3)
+            times["encode"].append(res.encode_s * 1e3)
     return {k: {q: round(v, 3) for q, v in percentiles(ms).items()} for k, ms in times.items()}
 
 

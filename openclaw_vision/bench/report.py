@@ -105,6 +105,8 @@ def goals(result: dict) -> list[dict]:
             }
         )
     out += _int8_goals(result)
+    out += result.get("vlm_gguf_goals", [])  # measured and judged by bench/vlm.py run_gguf
+    out += result.get("cameras", {}).get("goals", [])
     node = result.get("node")
     if node and node.get("e2e_p99_over_compute_p99") is not None:
         r = node["e2e_p99_over_compute_p99"]
@@ -140,6 +142,27 @@ def goals(result: dict) -> list[dict]:
             }
         )
     return out
+
+
+def _gguf_lines(g: dict | None) -> list[str]:
+    """The VLM's GGUF table (bench/vlm.py run_gguf): one row per language-model backend and format."""
+    if not g:
+        return []
+    if "skipped" in g:
+        return ["", f"GGUF / llama.cpp rows skipped: {g['skipped']}"]
+    head = "| backend / format | bytes/token (MB) | prefill tok/s | decode tok/s | answer ms | roofline tok/s "
+    head += "| fraction | RSS MB | pipeline / alone decode tok/s |"
+    lines = ["", f"VLM language model, {g['shape']} ({g['setup']}):", "", head, "|---" * 9 + "|"]
+    for r in g["rows"]:
+        wrap = (f"{r['pipeline_decode_tokens_per_s']} / {r['llamacpp_alone_decode_tokens_per_s']}"
+                if "pipeline_decode_tokens_per_s" in r else "")  # fmt: skip
+        lines.append(
+            f"| {r['name']} ({r['format']}) | {r['bytes_per_token'] / 1e6:.0f} "
+            f"| {r['prefill_tokens_per_s']} "
+            f"| {r['decode_tokens_per_s']} | {r['answer_ms']:.0f} | {r['roofline_decode_tokens_per_s']} "
+            f"| {r['roofline_fraction']:.0%} | {r['rss_mb']} | {wrap} |"
+        )
+    return lines
 
 
 def markdown(result: dict) -> str:
@@ -215,6 +238,11 @@ def markdown(result: dict) -> str:
             f"Prefix sharing: {result['prefix_sharing_saving']:.0%} of prefill tokens and "
             f"{result['prefix_sharing_time_saving']:.0%} of the time saved ({result['prefix_sharing_setup']}).",
         ]
+    lines += _gguf_lines(result.get("vlm_gguf"))
+    if result.get("cameras"):
+        from .cameras import markdown as cameras_markdown
+
+        lines += cameras_markdown(result["cameras"])
     if result.get("goals"):
         lines += ["", "| goal | measured | met |", "|---|---|---|"]
         for g in result["goals"]:

@@ -11,13 +11,13 @@ from ..models.configs import canonical_name
 from . import report
 from .harness import host_info, versions
 
-MODES = ("stages", "node", "roofline", "all", "vlm", "triton")  # "all" = the encoder modes; vlm, triton run alone
+MODES = ("stages", "node", "roofline", "all", "vlm", "cameras", "triton")  # "all" = the encoder modes; the others alone
 
 
 def run_bench(args: argparse.Namespace) -> dict:
     t0 = time.perf_counter()
     modes = ("stages", "node", "roofline") if args.mode == "all" else (args.mode,)
-    if set(modes) & {"stages", "node", "roofline"}:
+    if set(modes) & {"stages", "node", "roofline", "cameras"}:
         args.model = canonical_name(args.model)  # the node's `model` parameter takes the registered spelling
         model_path = ensure_fp32(args.model, args.model_path)
         int8_path = args.int8_model_path or ensure_int8(args.model, fp32_path=args.model_path)
@@ -62,6 +62,12 @@ def run_bench(args: argparse.Namespace) -> dict:
             enc.encode(x)
             images_per_s = 8 / (time.perf_counter() - t)
         result["roofline"] = run_roofline(args.model.split("@")[0], images_per_s, args.quick)
+    if "cameras" in modes:
+        from .cameras import run_cameras
+
+        args.int8_model_path = Path(int8_path)
+        result["cameras"] = run_cameras(args, args.out)
+        result["precision"], result["backend"] = "int8", f"{args.backend} (node default)"
     if "triton" in modes:
         from .triton import run_triton
 
@@ -95,5 +101,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--llm-shape", default="tinyllama-1.1b", help="vlm mode: the full-size language model shape (random weights)"
     )
+    p.add_argument(
+        "--cameras", type=lambda s: tuple(int(n) for n in s.split(",")), default=(1, 2, 4, 8),
+        help="cameras mode: camera counts, e.g. 1,2,4,8",
+    )  # fmt: skip
+    p.add_argument(
+        "--camera-transport", choices=("raw", "compressed"), default="raw", help="cameras mode: Image or JPEG"
+    )
+    p.add_argument("--seconds", type=float, default=10.0, help="cameras mode: measured seconds per trial")
+    p.add_argument("--warmup", type=float, default=2.0, help="cameras mode: seconds played before measuring")
+    p.add_argument("--backend", default="auto", help="cameras mode: the nodes' backend")
     p.add_argument("--out", type=Path, default=Path("out/bench"), help="folder for bench.json, bench.md and plots")
     p.add_argument("--json", type=Path, default=None, help="also write the JSON here")

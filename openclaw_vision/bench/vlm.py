@@ -236,6 +236,18 @@ def prefix_sharing(questions: int, llm: str) -> dict:
     }
 
 
+def _gguf_part(quick: bool, real: str, stream_gbs: float) -> dict:
+    """The llama.cpp rows where llama-cpp-python is installed; otherwise a line saying why they are absent."""
+    import tempfile
+
+    from ..vlm import llamacpp
+
+    if not llamacpp.available():
+        return {"vlm_gguf": {"skipped": llamacpp.INSTALL_HINT}}
+    with tempfile.TemporaryDirectory(prefix="openclaw-gguf-") as tmp:
+        return run_gguf(real, stream_gbs, 1 if quick else 3, 64 if quick else 128, 6 if quick else 16, tmp)
+
+
 def run_vlm(quick: bool, real: str = "tinyllama-1.1b") -> dict:
     """`real`: the full-size shape (TinyLlama-1.1B; tests pass the tiny one to stay small)."""
     tiny = "tiny"
@@ -262,6 +274,232 @@ def run_vlm(quick: bool, real: str = "tinyllama-1.1b") -> dict:
         },
         **kv_waste(),
         **prefix_sharing(4 if quick else 8, tiny if quick else real),
+        **_gguf_part(quick, real, weight_bytes / stream_s / 1e9),
         "llm_shapes": {real: get_llm_config(real).to_dict(), tiny: get_llm_config(tiny).to_dict()},
         "weights": "random (speed does not depend on the values)",
     }
+
+
+# --- GGUF: llama.cpp F32 / Q8_0 / Q4_0 beside ours (issue 22) ----------------------------------------
+ANSWER_PROMPT, ANSWER_TOKENS = 100, 40  # the answer-latency case: a 100-token prompt, a 40-token answer
+GGUF_FORMATS = ("F32", "Q8_0", "Q4_0")
+
+
+def resident_mb(kind: str, real: str, path=None) -> int:
+    """Resident memory a backend adds to a fresh process: RSS after loading and 8 greedy tokens, minus the
+    same interpreter's RSS before loading. A fresh process, because RSS deltas inside this long bench
+    are blurred by the earlier phases' freed memory (one run gave a negative delta).
+    kind: "ours" (random float32 weights), "ours-gguf" (the file dequantised) or "llamacpp"."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np, psutil\n"
+        "from openclaw_vision.bench.vlm import _greedy\n"
+        "from openclaw_vision.vlm.config import get_llm_config\n"
+        "from openclaw_vision.vlm.decoder import LlamaDecoder\n"
+        "kind, real, path = sys.argv[1], sys.argv[2], sys.argv[3]\n"
+        "before = psutil.Process().memory_info().rss\n"
+        "if kind == 'llamacpp':\n"
+        "    from openclaw_vision.vlm.llamacpp import LlamaCppDecoder\n"
+        "    dec = LlamaCppDecoder(path, n_ctx=1024)\n"
+        "elif kind == 'ours-gguf':\n"
+        "    from openclaw_vision.vlm.gguf import gguf_params, read_gguf\n"
+        "    gg = read_gguf(path)\n"
+        "    dec = LlamaDecoder(gg.cfg, gguf_params(gg))\n"
+        "    del gg\n"
+        "else:\n"
+        "    from openclaw_vision.vlm.weights import random_params\n"
+        "    cfg = get_llm_config(real)\n"
+        "    dec = LlamaDecoder(cfg, random_params(cfg))\n"
+        "_greedy(dec, np.arange(3, 19), 8)\n"
+        "print((psutil.Process().memory_info().rss - before) // 2**20)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, kind, real, str(path or "")], capture_output=True, text=True,
+                         check=True)  # fmt: skip
+    return int(out.stdout.split()[-1])
+
+
+def _greedy(dec, ids: np.ndarray, steps: int) -> tuple[float, float]:
+    """Prefill `ids`, then `steps` greedy tokens, through the pipeline's decoder interface (run):
+    (prefill seconds, decode seconds). The same code for ours and llama.cpp."""
+    cache = dec.new_cache(-(-(len(ids) + steps + 1) // 16), 16)
+    m = cache.manager
+    m.allocate("b", [("b", i) for i in range(len(ids))])
+    try:
+        t0 = time.perf_counter()
+        logits = dec.run(cache, "b", [ids], 0)
+        t1 = time.perf_counter()
+        pos = len(ids)
+        for _ in range(steps):
+            tok = int(np.argmax(logits))
+            m.append("b", ("b", pos))
+            logits = dec.run(cache, "b", [[tok]], pos)
+            pos += 1
+        return t1 - t0, time.perf_counter() - t1
+    finally:
+        m.free("b")
+
+
+def _llamacpp_alone(dec, ids: np.ndarray, steps: int) -> float:
+    """llama.cpp with nothing of ours between the calls: llama_batch_get_one + llama_decode + argmax over
+    llama_get_logits_ith, on the same context. Returns the decode seconds (the prefill is not timed)."""
+    lib, ctx = dec.lib, dec._ctx
+    lib.llama_memory_clear(lib.llama_get_memory(ctx), True)
+    arr = (lib.llama_token * len(ids))(*[int(i) for i in ids])
+    if lib.llama_decode(ctx, lib.llama_batch_get_one(arr, len(ids))) != 0:
+        raise RuntimeError("llama_decode failed")
+    one = (lib.llama_token * 1)()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        one[0] = int(np.argmax(np.ctypeslib.as_array(lib.llama_get_logits_ith(ctx, -1), shape=(dec.vocab,))))
+        if lib.llama_decode(ctx, lib.llama_batch_get_one(one, 1)) != 0:
+            raise RuntimeError("llama_decode failed")
+    elapsed = time.perf_counter() - t0
+    lib.llama_memory_clear(lib.llama_get_memory(ctx), True)
+    return elapsed
+
+
+def _node_decode(pipe, feats: np.ndarray, key: int) -> float:
+    """The VLM pipeline (what the node's worker calls) on one question: decode tokens/s of its answer."""
+    ans = pipe.ask(feats, key, "Describe the scene in front of the robot in detail.")
+    return len(ans.tokens) / (ans.timings_ms["decode"] / 1e3)
+
+
+def gguf_matrix_bytes(path) -> int:
+    """Bytes one decode step reads from a GGUF: every tensor whole, but one row of the embedding table."""
+    from ..vlm.gguf import read_gguf
+
+    gg = read_gguf(path)
+    total = sum(int(t.n_bytes) for name, t in gg.tensors.items() if name != "token_embd.weight")
+    embd = gg.tensors["token_embd.weight"]
+    return total + int(embd.n_bytes) // gg.cfg.vocab_size
+
+
+def run_gguf(real: str, stream_gbs: float, rounds: int, prompt: int, steps: int, workdir) -> dict:
+    """llama.cpp on F32, Q8_0 and Q4_0 files of the same random weights, beside ours (FP32, and from the GGUF).
+
+    Per format: prefill and decode tokens/s, the answer latency (ANSWER_PROMPT + ANSWER_TOKENS),
+    the bandwidth roofline (the file's bytes per token ÷ the read-only weight-stream bandwidth
+    measured for ours in this run) and the fraction reached, resident memory (RSS growth from
+    loading to after the timed calls), and the VLM pipeline's decode against llama.cpp alone.
+    Each phase interleaves its variants round by round; phases run one after another in this run
+    (four F32 copies of TinyLlama do not fit in memory together).
+    """
+    import gc
+    from pathlib import Path
+
+    from ..vlm.gguf import write_gguf
+    from ..vlm.llamacpp import quantize_gguf, threads
+    from ..vlm.pipeline import VlmPipeline, load_vlm
+    from ..vlm.tokenizer import build_default_tokenizer
+
+    gc.collect()  # the earlier phases' models (torch modules hold reference cycles) before 3 more copies
+    cfg = get_llm_config(real)
+    work = Path(workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    tok = build_default_tokenizer(work / "tokenizer", 512)
+    params = random_params(cfg)
+    ours = LlamaDecoder(cfg, place(params))
+    paths = {"F32": write_gguf(work / f"{real}-F32.gguf", cfg, params, tok, "F32")}
+    t_q = {}
+    for q in GGUF_FORMATS[1:]:
+        t0 = time.perf_counter()
+        paths[q] = quantize_gguf(paths["F32"], work / f"{real}-{q}.gguf", q)
+        t_q[q] = round(time.perf_counter() - t0, 1)
+    ids = np.random.default_rng(2).integers(3, cfg.vocab_size, prompt)
+    answer_ids = np.random.default_rng(3).integers(3, cfg.vocab_size, ANSWER_PROMPT)
+    rows: list[dict] = []
+
+    def measure(name: str, dec, fmt: str, file_bytes: int, extra: dict | None = None) -> dict:
+        samples: dict[str, list[float]] = {"prefill": [], "decode": [], "answer": []}
+        _greedy(dec, ids[:16], 2)  # warm-up
+        for _ in range(rounds):
+            p, _ = _greedy(dec, ids, 0)
+            _, d = _greedy(dec, ids[:16], steps)
+            ap, ad = _greedy(dec, answer_ids, ANSWER_TOKENS)
+            samples["prefill"].append(p)
+            samples["decode"].append(d)
+            samples["answer"].append(ap + ad)
+        med = {k: float(np.median(v)) for k, v in samples.items()}
+        decode_tps = steps / med["decode"]
+        roofline = stream_gbs * 1e9 / file_bytes
+        row = {
+            "name": name, "format": fmt, "bytes_per_token": file_bytes,
+            "prefill_tokens_per_s": round(prompt / med["prefill"], 1), "decode_tokens_per_s": round(decode_tps, 2),
+            "answer_ms": round(med["answer"] * 1e3, 1), "roofline_decode_tokens_per_s": round(roofline, 2),
+            "roofline_fraction": round(decode_tps / roofline, 3), **(extra or {}),
+        }  # fmt: skip
+        rows.append(row)
+        return row
+
+    f32_bytes = decode_weight_bytes(ours)
+    measure("ours", ours, "float32 (NumPy)", f32_bytes)
+    # ours from the F32 GGUF (dequantised at load) against ours on the same weights, interleaved
+    from ..vlm.gguf import gguf_params, read_gguf
+
+    ours_gguf = LlamaDecoder(cfg, place(gguf_params(read_gguf(paths["F32"]))))
+    pair = {"ours": [], "ours-gguf": []}
+    for _ in range(rounds):
+        for name, dec in (("ours", ours), ("ours-gguf", ours_gguf)):
+            pair[name].append(steps / _greedy(dec, ids[:16], steps)[1])
+    ours_gguf_row = measure("ours-gguf", ours_gguf, "F32 GGUF, dequantised (NumPy)", f32_bytes)
+    same_weights_ratio = float(np.median(pair["ours-gguf"]) / np.median(pair["ours"]))
+    del ours_gguf
+    gc.collect()
+    feats = np.random.default_rng(4).standard_normal(512).astype(np.float32)
+    node_vs_alone = {}
+    for q in GGUF_FORMATS:
+        model = load_vlm(str(paths[q]), 512, 8, tokenizer=tok, llm_backend="llamacpp", n_ctx=1024)
+        dec = model.decoder
+        pipe = VlmPipeline(model, kv_blocks=48, max_new_tokens=ANSWER_TOKENS, prefix_frames=1)
+        node, alone = [], []
+        for r in range(rounds):
+            node.append(_node_decode(pipe, feats, r))
+            alone.append(ANSWER_TOKENS / _llamacpp_alone(dec, answer_ids, ANSWER_TOKENS))
+        row = measure(f"llamacpp-{q}", dec, f"{q} GGUF (llama.cpp, {threads()} threads)", gguf_matrix_bytes(paths[q]))
+        row["file_mb"] = round(paths[q].stat().st_size / 2**20)
+        node_vs_alone[q] = {"pipeline_decode_tokens_per_s": round(float(np.median(node)), 2),
+                            "llamacpp_alone_decode_tokens_per_s": round(float(np.median(alone)), 2)}  # fmt: skip
+        row |= node_vs_alone[q]
+        dec.close()
+        del model, dec, pipe
+        gc.collect()
+    by = {r["name"]: r for r in rows}
+    q4 = by["llamacpp-Q4_0"]
+    latency_ratio = q4["answer_ms"] / by["ours"]["answer_ms"]
+    wrap = node_vs_alone["Q4_0"]
+    wrap_ratio = wrap["pipeline_decode_tokens_per_s"] / wrap["llamacpp_alone_decode_tokens_per_s"]
+    goals = [
+        {"goal": "Q4_0 answer latency (100-token prompt + 40-token answer) <= 1/3 of ours in FP32",
+         "measured": f"{latency_ratio:.3f}x ({q4['answer_ms']:.0f} ms vs {by['ours']['answer_ms']:.0f} ms)",
+         "met": latency_ratio <= 1 / 3},
+        {"goal": "VLM pipeline decode within 10 % of llama.cpp alone on the same file (Q4_0)",
+         "measured": f"{wrap_ratio:.3f}x ({wrap['pipeline_decode_tokens_per_s']} vs "
+                     f"{wrap['llamacpp_alone_decode_tokens_per_s']} tokens/s)",
+         "met": wrap_ratio >= 0.9},
+        {"goal": "ours from the F32 GGUF within 10 % of ours on the same weights (decode)",
+         "measured": f"{same_weights_ratio:.3f}x (paired rounds: decode {np.median(pair['ours-gguf']):.2f} vs "
+                     f"{np.median(pair['ours']):.2f} tokens/s; table rows {ours_gguf_row['decode_tokens_per_s']} vs "
+                     f"{by['ours']['decode_tokens_per_s']})",
+         "met": same_weights_ratio >= 0.9},
+    ]  # fmt: skip
+    del ours, params
+    gc.collect()  # resident memory last, one fresh process at a time, with nothing else of ours loaded
+    jobs = {"ours": ("ours", None), "ours-gguf": ("ours-gguf", paths["F32"])}
+    jobs |= {f"llamacpp-{q}": ("llamacpp", paths[q]) for q in GGUF_FORMATS}
+    for r in rows:
+        kind, path = jobs[r["name"]]
+        r["rss_mb"] = resident_mb(kind, real, path)
+    for p in paths.values():
+        p.unlink()
+    return {
+        "vlm_gguf": {
+            "shape": real, "rows": rows, "stream_bandwidth_gbs": stream_gbs, "quantize_s": t_q,
+            "setup": f"{real} random weights; prefill {prompt} tokens, decode {steps} tokens, answer "
+                     f"{ANSWER_PROMPT} + {ANSWER_TOKENS}; median of {rounds} rounds; llama.cpp {threads()} threads, "
+                     "F32 KV cache; roofline = the format's bytes per token / the read-only weight-stream "
+                     "bandwidth measured for ours",
+        },
+        "vlm_gguf_goals": goals,
+    }  # fmt: skip

@@ -12,7 +12,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -32,6 +32,29 @@ class Embedding:
         return int(self.vectors.shape[1])
 
 
+#: Largest batch a model with a dynamic batch axis is run at by default (our exports have one);
+#: a static batch dimension in the file is its own limit.
+DEFAULT_MAX_BATCH = 8
+
+
+class FramePreprocessor(Protocol):
+    """Frame → normalised (3, S, S) pixels, written into a row of the batch the encoder will read.
+
+    The CPU one (preprocess/cpu.py) fills host arrays; a GPU encoder's own (gpu_common.py) writes
+    with the CUDA kernel straight into the encoder's input buffer, so the batch never leaves the GPU.
+    """
+
+    name: str
+
+    def buffer(self, n: int) -> Any:
+        """The (n, 3, S, S) batch to fill, row by row (n <= the encoder's max_batch)."""
+        ...
+
+    def __call__(self, frame: Any, out: Any = None) -> Any:
+        """Preprocess one frame into `out` (a row of `buffer(n)`; a fresh array when None)."""
+        ...
+
+
 @runtime_checkable
 class ImageEncoder(Protocol):
     """What every backend (ONNX Runtime, OpenVINO, TensorRT, torch) offers the node and the tools."""
@@ -41,10 +64,23 @@ class ImageEncoder(Protocol):
     image_size: int
     backend: str
     precision: str
+    max_batch: int  # the largest batch one `encode` runs at once (larger ones are the caller's to split)
 
     def encode(self, pixels: np.ndarray) -> Embedding:
         """pixels: (N, 3, S, S) float32, normalised per `PreprocessSpec` → Embedding of N rows."""
         ...
+
+    def frame_preprocessor(self) -> FramePreprocessor | None:
+        """This encoder's own preprocessor (a GPU encoder's CUDA kernel into its input buffer), or
+        None: frames go through the CPU preprocessor (`pipeline.FramePipeline` decides)."""
+        ...
+
+
+class HostInput:
+    """For backends that read host arrays: no preprocessor of their own, the CPU one serves them."""
+
+    def frame_preprocessor(self) -> None:
+        return None
 
 
 class EncoderError(OpenclawError, RuntimeError):
@@ -102,6 +138,7 @@ class ModelInfo:
     image_size: int
     embed_dim: int
     metadata: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+    max_batch: int = DEFAULT_MAX_BATCH  # the file's static batch dimension, else DEFAULT_MAX_BATCH
 
     @classmethod
     def from_metadata(
@@ -119,7 +156,10 @@ class ModelInfo:
         dim = meta.get("embed_dim") or _static(output_shape[-1])
         if dim is None:
             raise EncoderError(f"{path}: embedding width unknown (no embed_dim metadata, dynamic output shape)")
-        return cls(meta.get("model_id", path.stem), meta.get("precision", "fp32"), int(size), int(dim), dict(meta))
+        batch = _static(input_shape[0]) or DEFAULT_MAX_BATCH
+        return cls(
+            meta.get("model_id", path.stem), meta.get("precision", "fp32"), int(size), int(dim), dict(meta), batch
+        )
 
     def gate_on(self, backend: str) -> dict | None:
         """The INT8 accuracy gate as measured on `backend` at quantisation time (None: not measured there)."""

@@ -6,8 +6,9 @@ the seam through which the fused preprocessing kernel writes straight into the i
                                    ▼
                               engine / graph ──► output (device) ──D2H──► pinned host ──► Embedding
 
-A GPU encoder offers `frame_preprocessor()`; the node uses it in place of the CPU
-preprocessor, so the preprocessed tensor never leaves the GPU. `encode` also takes NumPy
+A GPU encoder offers `frame_preprocessor()` (declared on `ImageEncoder`); `FramePipeline` uses it
+in place of the CPU preprocessor, writing frame k of a batch into row k of the input buffer, so
+the preprocessed batch never leaves the GPU. `encode` also takes NumPy
 batches (tools, benchmarks): those are copied up first.
 
 `CudaDevice` wraps the few CuPy calls involved; tests hand the encoders a NumPy stand-in with
@@ -89,15 +90,23 @@ class CudaDevice:
 
 
 class BoundPreprocessor:
-    """The CUDA preprocessor with its output fixed to slot 0 of an encoder's input buffer."""
+    """The CUDA preprocessor bound to an encoder's (max_batch, 3, S, S) input buffer: frame k of a
+    batch is written by the kernel into row k, so the batch the engine reads is that buffer itself
+    (one launch per frame, all on the encoder's stream: no copy and no sync in between)."""
 
-    def __init__(self, pre: Any, slot: Any) -> None:
+    def __init__(self, pre: Any, input_buffer: Any) -> None:
         self.pre = pre
-        self.slot = slot
+        self.input = input_buffer
         self.name = pre.name
 
-    def __call__(self, frame) -> Any:
-        return self.pre(frame, out=self.slot)
+    def buffer(self, n: int) -> Any:
+        """Rows [0, n) of the encoder's input: what `encode` runs on without a copy."""
+        if not 0 < n <= len(self.input):
+            raise ValueError(f"a batch of {n} frames; this encoder's input holds 1..{len(self.input)}")
+        return self.input[:n]
+
+    def __call__(self, frame, out: Any = None) -> Any:
+        return self.pre(frame, out=self.input[0] if out is None else out)
 
 
 class GpuEncoder:
@@ -144,7 +153,7 @@ class GpuEncoder:
 
         half = np.dtype(self.input.dtype) == np.float16
         pre = CudaPreprocessor(PreprocessSpec(size=self.image_size), half=half, stream=self.device.stream)
-        return BoundPreprocessor(pre, self.input[0])
+        return BoundPreprocessor(pre, self.input)
 
     def encode(self, pixels: Any) -> Embedding:
         """pixels: (N, 3, S, S) on the host (copied up) or on the device (this encoder's input: no copy)."""

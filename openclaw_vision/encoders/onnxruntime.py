@@ -12,7 +12,16 @@ from pathlib import Path
 
 import numpy as np
 
-from .base import Embedding, EncoderError, ModelInfo, check_model_file, checked_output, l2_normalise, one_line
+from .base import (
+    Embedding,
+    EncoderError,
+    HostInput,
+    ModelInfo,
+    check_model_file,
+    checked_output,
+    l2_normalise,
+    one_line,
+)
 
 
 def session_options(threads: int = 0, spinning: bool = False, exact_u8s8: bool = True):
@@ -67,7 +76,7 @@ def session(
     return ort.InferenceSession(src, opts, providers=providers or ["CPUExecutionProvider"])
 
 
-class OnnxRuntimeEncoder:
+class OnnxRuntimeEncoder(HostInput):
     backend = "onnxruntime"
 
     def __init__(self, model_path: str | Path, threads: int = 0, providers: list[str] | None = None) -> None:
@@ -84,6 +93,7 @@ class OnnxRuntimeEncoder:
         self.info = ModelInfo.from_metadata(meta, path, inp.shape, out.shape)
         self.model_id, self.precision = self.info.model_id, self.info.precision
         self.image_size, self.embed_dim = self.info.image_size, self.info.embed_dim
+        self.max_batch = self.info.max_batch
         self.threads = self.session.get_session_options().intra_op_num_threads
 
     def encode(self, pixels: np.ndarray) -> Embedding:

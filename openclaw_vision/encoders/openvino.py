@@ -30,6 +30,7 @@ from .base import (
     BackendUnsuitable,
     Embedding,
     EncoderError,
+    HostInput,
     ModelInfo,
     check_gate,
     check_model_file,
@@ -80,7 +81,7 @@ def _dims(shape) -> list[int | None]:
     return [d.get_length() if d.is_static else None for d in shape]
 
 
-class OpenVinoEncoder:
+class OpenVinoEncoder(HostInput):
     backend = "openvino"
 
     def __init__(
@@ -111,6 +112,7 @@ class OpenVinoEncoder:
             )
         self.model_id, self.precision = self.info.model_id, self.info.precision
         self.image_size, self.embed_dim = self.info.image_size, self.info.embed_dim
+        self.max_batch = self.info.max_batch
         self.threads = threads if threads > 0 else (os.cpu_count() or 1)
         self.performance_hint = performance_hint
         config = {

@@ -6,7 +6,9 @@ Build (first start, or `openclaw-vision build-engine`):
       and the FP16 flag lets TensorRT pick FP16 for the rest.
     - TensorRT 11 removed those flags (and EXPLICIT_BATCH, the calibrators, execute_async_v2):
       a Q/DQ network is built STRONGLY_TYPED, every tensor keeps the type the ONNX gives it.
-    One optimisation profile: batch 1 (what the node runs) up to `max_batch`.
+    One optimisation profile: batch 1 up to `max_batch` (BuildOptions, part of the cache key), so
+    the multi-camera node's batches of one frame per camera run on one engine; a batch smaller
+    than `max_batch` runs at its own size (`set_input_shape`), never padded.
 
 Run: the engine's input and output tensors are CuPy buffers whose addresses are set once;
 `execute_async_v3` is queued on the encoder's one stream, behind the preprocessing kernel that

@@ -38,13 +38,13 @@ from __future__ import annotations
 import re
 import sys
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from .compressed_headers import check_jpeg, check_png
 from .encodings import FrameError
-from .frame import Frame
+from .frame import Frame, stamp_to_ns
 
 CODECS = ("jpeg", "png")
 #: The node's limit on a compressed image's size, width × height, checked from its header before
@@ -204,6 +204,14 @@ class CompressedFrame:
             raise FrameError(f"empty {parsed.codec} data")
         check_structure(buf, parsed.codec)
         return cls(buf, parsed, stamp_ns, frame_id)
+
+    @classmethod
+    def from_message(cls, msg: Any) -> CompressedFrame:
+        """Check anything shaped like sensor_msgs/CompressedImage (format and structure; raises
+        FrameError) and keep its bytes for a later decode."""
+        return cls.from_buffer(
+            msg.data, str(msg.format), stamp_ns=stamp_to_ns(msg.header.stamp), frame_id=str(msg.header.frame_id)
+        )
 
     def decode(self, decoder: ImageDecoder | None = None) -> Frame:
         img = (decoder or create_decoder()).decode(self.data, self.format.codec)

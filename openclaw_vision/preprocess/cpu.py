@@ -116,9 +116,13 @@ class CpuPreprocessor:
             out[c] += self._shift[c]
         return out
 
-    def batch(self, frames: list[Frame]) -> np.ndarray:
+    def buffer(self, n: int) -> np.ndarray:
+        """A fresh (n, 3, S, S) float32 batch for `__call__` to fill row by row."""
         s = self.spec.size
-        out = np.empty((len(frames), 3, s, s), np.float32)
+        return np.empty((n, 3, s, s), np.float32)
+
+    def batch(self, frames: list[Frame]) -> np.ndarray:
+        out = self.buffer(len(frames))
         for i, frame in enumerate(frames):
             self(frame, out[i])
         return out

@@ -7,10 +7,16 @@ ros/, quant/, bench/ → preprocess/ (frame → encodings), never back.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from .encodings import encoding_of, pixel_view, to_rgb
+
+
+def stamp_to_ns(stamp: Any) -> int:
+    """A builtin_interfaces/Time (sec, nanosec) as integer nanoseconds."""
+    return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
 
 
 @dataclass
@@ -41,6 +47,21 @@ class Frame:
     ) -> Frame:
         """Validate raw image bytes (raises FrameError) and wrap them without copying."""
         return cls(pixel_view(data, height, width, step, encoding), encoding, stamp_ns, frame_id, bool(big_endian))
+
+    @classmethod
+    def from_message(cls, msg: Any) -> Frame:
+        """Validate and wrap anything shaped like sensor_msgs/Image (a DDS sample, an rclpy message, a
+        rosbags message) without copying its pixels (raises FrameError)."""
+        return cls.from_buffer(
+            msg.data,
+            int(msg.height),
+            int(msg.width),
+            int(msg.step),
+            str(msg.encoding),
+            stamp_ns=stamp_to_ns(msg.header.stamp),
+            frame_id=str(msg.header.frame_id),
+            big_endian=bool(msg.is_bigendian),
+        )
 
     @classmethod
     def from_rgb(cls, rgb: np.ndarray, stamp_ns: int = 0) -> Frame:

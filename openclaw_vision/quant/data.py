@@ -17,6 +17,7 @@ import cv2
 import numpy as np
 
 from ..errors import OpenclawError
+from ..preprocess.compressed import CompressedFrame
 from ..preprocess.cpu import CpuPreprocessor
 from ..preprocess.encodings import FrameError
 from ..preprocess.frame import Frame
@@ -48,36 +49,22 @@ def _message_count(path: Path, topic: str) -> int:
 
 
 def _frames_from_bag(path: Path, topic: str | None, limit: int, spread: int) -> Iterator[Frame]:
-    from ..bags import IMAGE_TYPE, deserialize, image_topics, read_messages
-    from ..ros.convert import stamp_to_ns
+    """The bag's camera frames as the node reads them (`bags.iter_frames`: raw or compressed, the
+    header's stamp and frame_id kept); compressed ones decoded here, since calibration resizes them."""
+    from ..bags import camera_topics, iter_frames
 
-    topics = image_topics(path)
+    topics = camera_topics(path)
     if not topics:
-        raise CalibrationDataError(f"{path}: no sensor_msgs/msg/Image topic in this bag")
-    topic = topic or topics[0]
+        raise CalibrationDataError(f"{path}: no sensor_msgs/msg/Image or CompressedImage topic in this bag")
+    topic = topic or next(iter(topics))
     if topic not in topics:
         raise CalibrationDataError(f"{path}: no image topic {topic!r}; it has {', '.join(topics)}")
     every, limit = _stride(_message_count(path, topic), limit, spread)
-    taken = 0
-    for i, msg in enumerate(read_messages(path, IMAGE_TYPE, topic)):
-        if i % every:
-            continue
-        img = deserialize(msg.raw, IMAGE_TYPE)
-        try:
-            yield Frame.from_buffer(
-                img.data,
-                img.height,
-                img.width,
-                img.step,
-                img.encoding,
-                stamp_ns=stamp_to_ns(img.header.stamp),
-                big_endian=bool(img.is_bigendian),
-            )
-        except FrameError as err:
-            raise CalibrationDataError(f"{path}: frame at {msg.timestamp_ns} ns: {err}") from err
-        taken += 1
-        if limit and taken >= limit:
-            return
+    try:
+        for frame in iter_frames(path, topic, limit, every):
+            yield frame.decode() if isinstance(frame, CompressedFrame) else frame
+    except FrameError as err:
+        raise CalibrationDataError(str(err)) from err
 
 
 def _frames_from_folder(path: Path, limit: int, spread: int) -> Iterator[Frame]:

@@ -32,6 +32,7 @@ def _peak_mb() -> float:
 def measure_here(model: Path) -> dict[str, float]:
     """Peak RSS over loading `model` and one batch-1 run, and what stays resident after it (steady)."""
     import numpy as np
+
     base = _peak_mb()
     from ..encoders.onnxruntime import session
 

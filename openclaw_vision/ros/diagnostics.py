@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from .convert import ns_to_stamp
@@ -11,17 +12,24 @@ from .types import DIAGNOSTIC_ARRAY, DIAGNOSTIC_STATUS, HEADER, KEY_VALUE, Trans
 OK, WARN, ERROR, STALE = 0, 1, 2, 3
 
 
-def diagnostic_array(transport: Transport, name: str, level: int, message: str, values: dict[str, Any]) -> Any:
+def diagnostic_array(
+    transport: Transport, name: str, level: int, message: str, values: dict[str, Any],
+    more: Sequence[tuple[str, int, str, dict[str, Any]]] = (),
+) -> Any:  # fmt: skip
+    """One DiagnosticArray: the status `name`, then any `more` (name, level, message, values) after it."""
     kv = transport.msg(KEY_VALUE)
-    status = transport.msg(DIAGNOSTIC_STATUS)(
-        level=level if transport.name == "cyclonedds" else bytes([level]),
-        name=name,
-        message=message,
-        hardware_id="none",
-        values=[kv(key=str(k), value=str(v)) for k, v in values.items()],
-    )
+    statuses = [
+        transport.msg(DIAGNOSTIC_STATUS)(
+            level=lv if transport.name == "cyclonedds" else bytes([lv]),
+            name=n,
+            message=text,
+            hardware_id="none",
+            values=[kv(key=str(k), value=str(v)) for k, v in vals.items()],
+        )
+        for n, lv, text, vals in ((name, level, message, values), *more)
+    ]
     header = transport.msg(HEADER)(stamp=ns_to_stamp(transport, time.time_ns()), frame_id="")
-    return transport.msg(DIAGNOSTIC_ARRAY)(header=header, status=[status])
+    return transport.msg(DIAGNOSTIC_ARRAY)(header=header, status=statuses)
 
 
 def stage_values(stages_ms: dict[str, dict[str, float]]) -> dict[str, str]:

@@ -1,16 +1,31 @@
-"""The encoder node: sensor_msgs/Image in, openclaw_vision/VisualFeatures out, newest frame first.
+"""The encoder node: sensor_msgs/Image from one or many cameras in, VisualFeatures out, newest frame first.
 
 Threads and data flow, one direction:
 
-    transport thread: take sample → validate into a Frame → LatestSlot (displaced frame: dropped)
-    worker thread:    LatestSlot → [decode] → preprocess → encode → publish VisualFeatures (header copied)
-                      (the time a frame waits in the slot is the `queue` stage)
-    diagnostics:      every `diagnostics_period` s, counters and stage percentiles on /diagnostics
+    transport threads: take sample → validate into a Frame → that camera's newest-frame slot
+                       (a displaced frame: dropped, counted for its camera)
+    worker thread:     the newest frame of every camera that has one (at most max_batch, round
+                       robin: stats.LatestSlots) → FramePipeline ([decode] → preprocess into row k
+                       → one encode for the batch) → each camera's VisualFeatures on its own topic,
+                       with its own image's header
+    diagnostics:       every `diagnostics_period` s, totals and per-camera counters and stage
+                       percentiles on /diagnostics
 
-Every frame that arrives is counted exactly once as encoded, dropped (a newer one arrived
-before the worker was free), rejected (bytes that are not a valid image; logged) or failed
-(an unexpected error in preprocess/encode/publish; logged). The node keeps running through
-all of them.
+Cameras: `image_topic` (one camera, features on `features_topic`, as before) or `image_topics`
+(N cameras in one node and one model session; camera k's features on `features_pattern` with
+{camera} = its topic's namespace, e.g. /front/image_raw → /front/visual_features). A topic in
+`image_topics` ending in /compressed is read as CompressedImage; the others by `image_transport`.
+
+Stages per frame: `queue` (in its slot until the worker takes it), `batch` (taken, waiting while
+the other frames of its batch are decoded and preprocessed), `decode`, `preprocess`, `encode` (the
+batch's one model call), `publish`. The worker never waits for a camera to fill a batch: it runs
+what is there, so a batch costs no latency that a single frame would not.
+
+Every frame that arrives is counted exactly once, for its camera and in the totals, as encoded,
+dropped (a newer one from the same camera arrived before the worker took it), rejected (bytes
+that are not a valid image; logged) or failed (an unexpected error in encode/publish; logged —
+an encode error fails every frame of its batch). The node keeps running through all of them,
+and one camera's bad frames move only that camera's counters.
 
 `reconfigure` changes the run-time parameters (config.Param.runtime) while the node runs:
 `ros2 param set` with rclpy, a direct call on any transport.
@@ -28,16 +43,16 @@ import logging
 import sys
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from .. import config as cfgmod
 from ..encoders import EncoderError, EncoderOptions, ImageEncoder, create_encoder
-from ..preprocess.compressed import CompressedFrame, create_decoder
-from ..preprocess.cpu import CpuPreprocessor
+from ..pipeline import FramePipeline
 from ..preprocess.encodings import FrameError
-from ..preprocess.spec import PreprocessSpec
 from ..resources import default_model_path
-from ..stats import Counters, LatestSlot, StageTimes
+from ..stats import Counters, LatestSlots, StageTimes
 from . import dds_config
 from .convert import compressed_to_frame, features_message, image_to_frame
 from .diagnostics import OK, WARN, diagnostic_array, stage_values
@@ -48,8 +63,68 @@ log = logging.getLogger("encoder_node")
 
 NODE_NAME = "encoder_node"
 STATUS_NAME = f"{NODE_NAME}: pipeline"
-STAGES = ("deserialize", "queue", "decode", "preprocess", "encode", "publish")
+CAMERA_STATUS = f"{NODE_NAME}: camera {{topic}}"  # one more DiagnosticStatus per camera
+STAGES = ("deserialize", "queue", "batch", "decode", "preprocess", "encode", "publish")
 COUNTS = ("received", "encoded", "dropped", "rejected", "failed")
+COMPRESSED_SUFFIX = "/compressed"
+
+
+@dataclass(frozen=True)
+class CameraSpec:
+    """One camera as configured: the stats key (the image topic as given), what to subscribe, where to publish."""
+
+    topic: str
+    input_topic: str
+    input_type: str
+    features_topic: str
+
+
+def camera_namespace(topic: str) -> str:
+    """'/robot/front/image_raw' → '/robot/front'; a topic with one name is its own namespace."""
+    ns = topic.rstrip("/").rsplit("/", 1)[0]
+    return ns or topic.rstrip("/")
+
+
+def camera_specs(cfg: cfgmod.EncoderConfig) -> list[CameraSpec]:
+    """The cameras `cfg` asks for; a ConfigError when two would publish on one features topic."""
+    if not cfg.image_topics:
+        topic, kind = image_subscription(cfg)
+        return [CameraSpec(cfg.image_topic, topic, kind, cfg.features_topic)]
+    specs = []
+    for t in cfg.image_topics:
+        if t.endswith(COMPRESSED_SUFFIX):
+            base, topic, kind = t[: -len(COMPRESSED_SUFFIX)], t, COMPRESSED_IMAGE
+        else:
+            base = t
+            topic, kind = image_subscription(cfgmod.replace(cfg, image_topic=t, image_topics=()))
+        features = cfg.features_pattern.format(camera=camera_namespace(base), topic=base.rstrip("/"))
+        specs.append(CameraSpec(t, topic, kind, features))
+    seen: dict[str, str] = {s.input_topic: s.topic for s in specs}
+    for s in specs:
+        if s.features_topic in seen:
+            raise cfgmod.ConfigError(
+                f"parameter features_pattern={cfg.features_pattern!r}: {s.topic}'s features topic "
+                f"{s.features_topic} is already {seen[s.features_topic]}'s"
+            )
+        seen[s.features_topic] = s.topic
+    return specs
+
+
+@dataclass
+class Camera:
+    """One camera's state in the node: its subscription and publisher, counters and stage times."""
+
+    spec: CameraSpec
+    to_frame: Callable[[Any], Any]
+    warn_reject: Throttle
+    counters: Counters = field(default_factory=lambda: Counters(COUNTS))
+    times: StageTimes = field(default_factory=lambda: StageTimes(STAGES))
+    features: Any = None
+    images: Any = None
+    lost_before: int = 0  # samples lost by image subscriptions replaced since start
+
+    def lost(self) -> int:
+        return self.lost_before + getattr(self.images, "lost", lambda: 0)()
 
 
 class EncoderNode:
@@ -57,114 +132,165 @@ class EncoderNode:
         self.cfg = cfg
         self.transport = transport
         self.encoder = encoder
-        # a GPU encoder preprocesses frames itself, into its own input buffer (gpu_common.py)
-        gpu_pre = getattr(encoder, "frame_preprocessor", None)
-        self.preprocess = gpu_pre() if gpu_pre else CpuPreprocessor(PreprocessSpec(size=encoder.image_size))
-        self.counters = Counters(COUNTS)
-        self.times = StageTimes(STAGES)
-        self._slot = LatestSlot()
+        self.pipeline = FramePipeline(encoder, max_batch=cfg.max_batch)
+        self.times = StageTimes(STAGES)  # every camera's frames: the totals' percentiles
         self._stop = threading.Event()
         # A frame is classified whole either before stop() or not taken at all, so the final counts add up.
         self._intake = threading.Lock()
         self._accepting = True
-        self._warn_reject = Throttle(cfg.log_throttle_period)
         self._warn_fail = Throttle(cfg.log_throttle_period)
         self.last_failure = ""  # the reason of the latest failed frame (/diagnostics)
         self._reconfigure_lock = threading.Lock()
-        self._lost_before = 0  # samples lost by image subscriptions replaced since start
-        self._features = transport.publisher(cfg.features_topic, VISUAL_FEATURES, DEFAULT)
+        self.cameras = {
+            spec.topic: Camera(
+                spec,
+                compressed_to_frame if spec.input_type == COMPRESSED_IMAGE else image_to_frame,
+                Throttle(cfg.log_throttle_period),
+            )
+            for spec in camera_specs(cfg)
+        }
+        self._slots = LatestSlots(self.cameras)
+        for cam in self.cameras.values():
+            cam.features = transport.publisher(cam.spec.features_topic, VISUAL_FEATURES, DEFAULT)
         self._diag = transport.publisher("/diagnostics", DIAGNOSTIC_ARRAY, QoS("reliable", 1))
-        self.decoder = create_decoder()
-        self.input_topic, self.input_type = image_subscription(cfg)
-        self._to_frame = compressed_to_frame if self.input_type == COMPRESSED_IMAGE else image_to_frame
-        self._images = self._subscribe_images()
+        for cam in self.cameras.values():
+            cam.images = self._subscribe_images(cam)
         self._threads = [
             threading.Thread(target=self._work, name="encoder-worker", daemon=True),
             threading.Thread(target=self._report, name="diagnostics", daemon=True),
         ]
 
-    # transport thread -------------------------------------------------------------------
-    def _on_image(self, msg: Any, deserialize_s: float) -> None:
+    @property
+    def counters(self) -> Counters:
+        """The totals over every camera (a snapshot-only view: counts are kept per camera)."""
+        total = Counters(COUNTS)
+        for cam in self.cameras.values():
+            for k, v in cam.counters.snapshot().items():
+                total.inc(k, v)
+        return total
+
+    def _count(self, cam: Camera, what: str) -> None:
+        cam.counters.inc(what)
+
+    def _time(self, cam: Camera, stage: str, seconds: float) -> None:
+        cam.times.add(stage, seconds)
+        self.times.add(stage, seconds)
+
+    # transport threads ------------------------------------------------------------------
+    def _on_image(self, cam: Camera, msg: Any, deserialize_s: float) -> None:
         with self._intake:
             if self._accepting:
-                self._take_in(msg, deserialize_s)
+                self._take_in(cam, msg, deserialize_s)
 
-    def _take_in(self, msg: Any, deserialize_s: float) -> None:
-        self.counters.inc("received")
+    def _take_in(self, cam: Camera, msg: Any, deserialize_s: float) -> None:
+        self._count(cam, "received")
         t0 = time.perf_counter()
         try:
-            frame = self._to_frame(msg)
+            frame = cam.to_frame(msg)
         except FrameError as err:
-            self.counters.inc("rejected")
-            self._warn_reject(log.warning, "rejected image on %s: %s", self.input_topic, err)
+            self._reject(cam, err)
             return
-        self.times.add("deserialize", deserialize_s + time.perf_counter() - t0)
-        if self._slot.put((frame, msg.header, time.perf_counter())):
-            self.counters.inc("dropped")
+        self._time(cam, "deserialize", deserialize_s + time.perf_counter() - t0)
+        if self._slots.put(cam.spec.topic, (frame, msg.header, time.perf_counter())):
+            self._count(cam, "dropped")
+
+    def _reject(self, cam: Camera, err: FrameError) -> None:
+        self._count(cam, "rejected")
+        cam.warn_reject(log.warning, "rejected image on %s: %s", cam.spec.input_topic, err)
 
     # worker thread ----------------------------------------------------------------------
     def _work(self) -> None:
         while not self._stop.is_set():
-            item = self._slot.take(timeout=0.2)
-            if item is not None:
-                self._encode_one(*item)
+            batch = self._slots.take(self.pipeline.max_batch, timeout=0.2)
+            if batch:
+                self._encode_batch(batch)
 
-    def _encode_one(self, frame, header, queued_at: float) -> None:
+    def _encode_batch(self, batch: list[tuple[str, tuple]]) -> None:
+        """One batch: at most one frame per camera, each published on its camera's topic."""
+        taken = time.perf_counter()
+        cams = [self.cameras[key] for key, _ in batch]
+        for cam, (_, (_, _, queued_at)) in zip(cams, batch, strict=True):
+            self._time(cam, "queue", taken - queued_at)  # waiting for the worker to finish the previous batch
         try:
-            t0 = time.perf_counter()
-            self.times.add("queue", t0 - queued_at)  # waiting for the worker to finish the previous frame
-            if isinstance(frame, CompressedFrame):
-                frame = frame.decode(self.decoder)
-                t = time.perf_counter()
-                self.times.add("decode", t - t0)
-                t0 = t
-            pixels = self.preprocess(frame)[None]
-            t1 = time.perf_counter()
-            emb = self.encoder.encode(pixels)
-            t2 = time.perf_counter()
-            self._features.publish(features_message(self.transport, header, emb.model_id, emb.vectors[0]))
-            t3 = time.perf_counter()
-        except FrameError as err:
-            self.counters.inc("rejected")
-            self._warn_reject(log.warning, "rejected image on %s: %s", self.input_topic, err)
-            return
-        except Exception as err:  # keep serving frames; the counter, log and diagnostics make it visible
-            self.counters.inc("failed")
+            res = self.pipeline.run([frame for _, (frame, _, _) in batch])
+        except Exception as err:  # keep serving frames; the counters, log and diagnostics make it visible
+            for cam in cams:
+                self._count(cam, "failed")
             self.last_failure = str(err) if isinstance(err, EncoderError) else repr(err)
-            self._warn_fail(log.error, "encoding a frame failed: %s", self.last_failure)
+            self._warn_fail(log.error, "encoding a frame failed (a batch of %d, each counted): %s", len(batch),
+                            self.last_failure)  # fmt: skip
             return
-        self.times.add("preprocess", t1 - t0)
-        self.times.add("encode", t2 - t1)
-        self.times.add("publish", t3 - t2)
-        self.counters.inc("encoded")
+        for i, err in res.rejected.items():
+            self._reject(cams[i], err)
+        own = {i: res.decode_s.get(i, 0.0) + res.preprocess_s[i] for i in res.encoded}
+        before_encode = sum(own.values()) + sum(res.decode_s.get(i, 0.0) for i in res.rejected)
+        for row, i in enumerate(res.encoded):
+            cam, header = cams[i], batch[i][1][1]
+            t0 = time.perf_counter()
+            try:
+                cam.features.publish(features_message(self.transport, header, res.model_id, res.vectors[row]))
+            except Exception as err:
+                self._count(cam, "failed")
+                self.last_failure = repr(err)
+                self._warn_fail(log.error, "publishing features of %s failed: %r", cam.spec.topic, err)
+                continue
+            self._time(cam, "publish", time.perf_counter() - t0)
+            self._time(cam, "batch", before_encode - own[i])
+            if i in res.decode_s:
+                self._time(cam, "decode", res.decode_s[i])
+            self._time(cam, "preprocess", res.preprocess_s[i])
+            self._time(cam, "encode", res.encode_s)
+            self._count(cam, "encoded")
 
     # diagnostics ------------------------------------------------------------------------
-    def stats(self) -> dict[str, Any]:
-        counts = self.counters.snapshot()
-        lost = self._lost_before + getattr(self._images, "lost", lambda: 0)()
+    def _camera_stats(self, cam: Camera) -> dict[str, Any]:
         return {
-            **counts,
-            "lost": lost,
+            **cam.counters.snapshot(),
+            "lost": cam.lost(),
+            "features_topic": cam.spec.features_topic,
+            "input_topic": cam.spec.input_topic,
+            "stages_ms": cam.times.summary(),
+        }
+
+    def stats(self) -> dict[str, Any]:
+        """Totals at the top level (as for one camera), each camera's own under `cameras`."""
+        cameras = {key: self._camera_stats(cam) for key, cam in self.cameras.items()}
+        return {
+            **{k: sum(c[k] for c in cameras.values()) for k in COUNTS},
+            "lost": sum(c["lost"] for c in cameras.values()),
             "stages_ms": self.times.summary(),
             "backend": self.encoder.backend,
             "precision": self.encoder.precision,
             "model": self.encoder.model_id,
             "transport": self.transport.name,
+            "max_batch": self.pipeline.max_batch,
+            "cameras": cameras,
         }
 
-    def diagnostics_values(self) -> dict[str, Any]:
-        st = self.stats()
+    def diagnostics_values(self, st: dict[str, Any] | None = None) -> dict[str, Any]:
+        st = st or self.stats()
         values: dict[str, Any] = {k: st[k] for k in (*COUNTS, "lost", "backend", "precision", "model", "transport")}
+        values["cameras"] = len(st["cameras"])
         values.update(stage_values(st["stages_ms"]))
         values["last_failure"] = self.last_failure
         values.update(getattr(self.encoder, "status", dict)())  # a remote backend's server state
         return values
 
-    def publish_diagnostics(self) -> None:
-        values = self.diagnostics_values()
+    @staticmethod
+    def _level(values: dict[str, Any], what: str) -> tuple[int, str]:
         bad = int(values["rejected"]) + int(values["failed"])
-        level, text = (WARN, f"{bad} frames rejected or failed") if bad else (OK, "encoding")
-        self._diag.publish(diagnostic_array(self.transport, STATUS_NAME, level, text, values))
+        return (WARN, f"{bad} frames rejected or failed") if bad else (OK, what)
+
+    def publish_diagnostics(self) -> None:
+        st = self.stats()
+        values = self.diagnostics_values(st)
+        per_camera = []
+        for key, cam in st["cameras"].items():
+            cv = {k: cam[k] for k in (*COUNTS, "lost", "features_topic")}
+            cv.update(stage_values(cam["stages_ms"]))
+            per_camera.append((CAMERA_STATUS.format(topic=key), *self._level(cv, "encoding"), cv))
+        level, text = self._level(values, "encoding")
+        self._diag.publish(diagnostic_array(self.transport, STATUS_NAME, level, text, values, per_camera))
 
     def _report(self) -> None:
         every(lambda: self.cfg.diagnostics_period, self._stop, self.publish_diagnostics, log)
@@ -175,24 +301,28 @@ class EncoderNode:
         with self._reconfigure_lock:
             old, new = self.cfg, self.cfg.updated(changes)
             self.cfg = new  # diagnostics_period: the reporter reads it before each wait
-            for throttle in (self._warn_reject, self._warn_fail):
+            for throttle in (self._warn_fail, *(c.warn_reject for c in self.cameras.values())):
                 throttle.period = new.log_throttle_period
             if (new.reliability, new.depth) != (old.reliability, old.depth):
-                self._resubscribe()
+                for cam in self.cameras.values():
+                    self._resubscribe(cam)
             log.info("parameters changed: %s", ", ".join(f"{k}={v!r}" for k, v in changes.items()))
             return new
 
-    def _resubscribe(self) -> None:
+    def _resubscribe(self, cam: Camera) -> None:
         """A QoS change takes a new subscription (QoS is fixed at creation). Frames sent while
         neither exists are not received (nor counted): what any subscriber restart does."""
-        self._lost_before += getattr(self._images, "lost", lambda: 0)()
-        self._images.close()
-        self._images = self._subscribe_images()
+        cam.lost_before = cam.lost()
+        cam.images.close()
+        cam.images = self._subscribe_images(cam)
 
-    def _subscribe_images(self):
-        """The image subscription as `self.cfg` asks for it (at start, and again after a QoS change)."""
+    def _subscribe_images(self, cam: Camera):
+        """A camera's image subscription as `self.cfg` asks for it (at start, and again after a QoS change)."""
         return self.transport.subscribe(
-            self.input_topic, self.input_type, QoS(self.cfg.reliability, self.cfg.depth), self._on_image
+            cam.spec.input_topic,
+            cam.spec.input_type,
+            QoS(self.cfg.reliability, self.cfg.depth),
+            lambda msg, deserialize_s: self._on_image(cam, msg, deserialize_s),
         )
 
     # lifecycle --------------------------------------------------------------------------
@@ -200,13 +330,13 @@ class EncoderNode:
         dds_config.check_receive_buffer()  # one warning line with the fix: frames lost there are never reported
         for t in self._threads:
             t.start()
+        for cam in self.cameras.values():
+            log.info("camera %s (%s) [%s] -> %s [reliable]", cam.spec.input_topic, cam.spec.input_type,
+                     self.cfg.reliability, cam.spec.features_topic)  # fmt: skip
         log.info(
-            "ready: %s (%s) [%s] -> %s [%s], model %s, backend %s/%s, transport %s",
-            self.input_topic,
-            self.input_type,
-            self.cfg.reliability,
-            self.cfg.features_topic,
-            "reliable",
+            "ready: %d camera(s), batches of up to %d, model %s, backend %s/%s, transport %s",
+            len(self.cameras),
+            self.pipeline.max_batch,
             self.encoder.model_id,
             self.encoder.backend,
             self.encoder.precision,
@@ -218,8 +348,8 @@ class EncoderNode:
         with self._intake:  # frames after this are not the node's: the final counts below are complete
             self._accepting = False
         self._stop.set()
-        if self._slot.close() is not None:
-            self.counters.inc("dropped")  # it waited for the worker when the node stopped: never encoded
+        for key in self._slots.close():
+            self._count(self.cameras[key], "dropped")  # it waited for the worker when the node stopped
         for t in self._threads:
             t.join(timeout=5)
         try:
@@ -237,6 +367,7 @@ def image_subscription(cfg: cfgmod.EncoderConfig) -> tuple[str, str]:
 
 
 def _build(cfg: cfgmod.EncoderConfig, transport: Transport) -> EncoderNode:
+    camera_specs(cfg)  # a camera set that cannot work stops here, before a model is loaded
     model_path = cfg.model_path or str(default_model_path(cfg.model, cfg.precision))
     return EncoderNode(cfg, transport, create_encoder(cfg.backend, model_path, options=encoder_options(cfg)))
 
@@ -250,7 +381,7 @@ def encoder_options(cfg: cfgmod.EncoderConfig) -> EncoderOptions:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     return node_main(argv, "openclaw-vision encoder", NODE_NAME, cfgmod.EncoderConfig, "encoder.yaml",
-                     (*COUNTS, "lost"), _build, (EncoderError,), log)  # fmt: skip
+                     (*COUNTS, "lost"), _build, (EncoderError, cfgmod.ConfigError, ValueError), log)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ UNSET = ""
 
 ENCODER_ARGUMENTS = {
     "image_topic": "sensor_msgs/Image topic to encode",
+    "image_topics": "several cameras in one node and one batch, e.g. '[/front/image_raw, /rear/image_raw/compressed]'",
     "features_topic": "VisualFeatures topic (the encoder's output, the VLM's input)",
     "model": "named CLIP architecture",
     "backend": " | ".join(backends.choices()),

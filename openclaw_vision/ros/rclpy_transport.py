@@ -174,9 +174,7 @@ class RclpyTransport:
             callback(msg, time.perf_counter() - t0)
 
         events = SubscriptionEventCallbacks(message_lost=handle.on_message_lost)
-        handle._sub = self.node.create_subscription(
-            cls, topic, on_raw, _profile(qos), raw=True, event_callbacks=events
-        )
+        handle._sub = self.node.create_subscription(cls, topic, on_raw, _profile(qos), raw=True, event_callbacks=events)
         return handle
 
     def deserialize(self, raw: bytes, ros_type: str) -> Any:
@@ -195,9 +193,9 @@ class RclpyTransport:
         of a declared range) becomes a ConfigError, never a traceback."""
         from rclpy.exceptions import ParameterException
 
-        values = {}
+        values, defaults = {}, cfg.as_dict()  # as a parameters file holds them: a string array as a list
         for key, spec in cfg.params().items():
-            default = getattr(cfg, key)
+            default = defaults[key]
             try:
                 values[key] = self.node.declare_parameter(key, default, descriptor(key, default, spec)).value
             except ParameterException as err:

@@ -167,6 +167,7 @@ class VlmNode:
             "stages_ms": self.times.summary(),
             "model": self.pipeline.model.model_id,
             "array_module": self.pipeline.model.xp.__name__,
+            "llm_backend": self.pipeline.model.backend,
             "kv_blocks_free": self.pipeline.manager.num_free,
             "transport": self.transport.name,
         }
@@ -234,8 +235,10 @@ def build_pipeline(cfg: cfgmod.VlmConfig):
     xp = pick_array_module(cfg.backend)
     model = load_vlm(
         cfg.llm, cfg.embed_dim, cfg.visual_tokens, Path(cfg.tokenizer) if cfg.tokenizer else None,
-        Path(cfg.projector) if cfg.projector else None, cfg.seed, xp,
+        Path(cfg.projector) if cfg.projector else None, cfg.seed, xp, llm_backend=cfg.llm_backend,
+        n_ctx=cfg.kv_blocks * cfg.block_size,
     )  # fmt: skip
+    log.info("llm backend %s (%s)", model.backend, model.backend_reason)
     sampling = Sampling(cfg.temperature, cfg.top_p, cfg.seed)
     return VlmPipeline(model, cfg.kv_blocks, cfg.block_size, sampling, cfg.max_new_tokens, cfg.system_prompt)
 

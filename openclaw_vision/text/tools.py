@@ -73,22 +73,15 @@ def text_embeddings(args: argparse.Namespace) -> Iterator[dict]:
 
 
 def iter_bag_frames(bag: Path, topic: str | None, limit: int = 0) -> Iterator:
-    """Frames of a bag's image topic (the first by default), read one at a time (bags can be long)."""
-    from ..bags import IMAGE_TYPE, deserialize, image_topics, read_messages
-    from ..ros.convert import image_to_frame
+    """Frames of a bag's camera topic (the first by default; raw or compressed), one at a time."""
+    from ..bags import iter_frames
 
     if not (Path(bag) / "metadata.yaml").is_file():
         raise ToolError(f"{bag}: not a rosbag2 directory")
-    topics = image_topics(bag)
-    if not topics or (topic and topic not in topics):
-        raise ToolError(f"{bag}: no image topic {topic or ''}; it has {', '.join(topics) or 'none'}")
-    for i, msg in enumerate(read_messages(bag, IMAGE_TYPE, topic or topics[0])):
-        if limit and i >= limit:
-            return
-        try:
-            yield image_to_frame(deserialize(msg.raw, IMAGE_TYPE))
-        except FrameError as err:
-            raise ToolError(f"{bag}: frame {i}: {err}") from err
+    try:
+        yield from iter_frames(bag, topic, limit)
+    except (ValueError, FrameError) as err:  # no such topic; a message that is not an image
+        raise ToolError(str(err)) from err
 
 
 def label_set_from(args: argparse.Namespace, encoder) -> LabelSet:
@@ -103,8 +96,7 @@ def label_bag(args: argparse.Namespace) -> Iterator[dict]:
     """Per frame: frame index, stamp, top label and the scores; a last item with `summary` (timings)."""
     from ..build import BuildError, ensure_fp32, ensure_int8
     from ..encoders import create_encoder
-    from ..preprocess.cpu import CpuPreprocessor
-    from ..preprocess.spec import PreprocessSpec
+    from ..pipeline import FramePipeline
     from ..stats import StageTimes
 
     text = load_text_encoder(args)
@@ -121,20 +113,18 @@ def label_bag(args: argparse.Namespace) -> Iterator[dict]:
         check_same_model(image.model_id, labels.model_id)
     except (EncoderError, BuildError, ModelMismatch, KeyError) as err:
         raise ToolError(str(err)) from err
-    preprocess = CpuPreprocessor(PreprocessSpec(size=image.image_size))
+    pipeline = FramePipeline(image)
     times = StageTimes(("preprocess", "encode", "score"))
     frames = 0
     for i, frame in enumerate(iter_bag_frames(args.bag, args.topic, args.limit)):
+        res = pipeline.run([frame])
+        if res.rejected:
+            raise ToolError(f"{args.bag}: frame {i}: {res.rejected[0]}")
         t0 = time.perf_counter()
-        pixels = preprocess(frame)[None]
-        t1 = time.perf_counter()
-        vec = image.encode(pixels).vectors[0]
-        t2 = time.perf_counter()
-        scores, cos = labels.score(vec)
-        t3 = time.perf_counter()
-        times.add("preprocess", t1 - t0)
-        times.add("encode", t2 - t1)
-        times.add("score", t3 - t2)
+        scores, cos = labels.score(res.vectors[0])
+        times.add("preprocess", res.decode_s.get(0, 0.0) + res.preprocess_s[0])
+        times.add("encode", res.encode_s)
+        times.add("score", time.perf_counter() - t0)
         top = int(np.argmax(scores))
         frames += 1
         yield {

@@ -2,8 +2,9 @@
 
 Modules in data-flow order: `config` (model shapes), `tokenizer` (tokenizer.json + chat
 template), `weights` (Hugging Face safetensors → namespaced, fused, validated parameters),
-`projector` (embedding → visual prefix tokens), `kv_cache` (block allocator and the paged
-K/V pool), `decoder` (the Llama forward pass on NumPy or CuPy), `sampling`, `pipeline`
+`gguf` (GGUF files: checked, dequantised, their tokenizer), `projector` (embedding → visual
+prefix tokens), `kv_cache` (block allocator and the paged K/V pool), `decoder` (the Llama
+forward pass on NumPy or CuPy), `llamacpp` (the same interface over llama.cpp, optional), `sampling`, `pipeline`
 (one question about one frame, prefix shared between questions), `trtllm` (TensorRT-LLM
 checkpoint conversion, the thin adapter). Only NumPy (CuPy on a GPU) and `tokenizers` at runtime.
 """

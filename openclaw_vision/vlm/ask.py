@@ -17,17 +17,19 @@ class AskError(RuntimeError):
 
 
 def ask(args: argparse.Namespace) -> dict:
+    from ..bags import iter_frames
     from ..build import BuildError, ensure_int8
     from ..encoders import EncoderError, create_encoder
-    from ..preprocess.cpu import CpuPreprocessor
-    from ..preprocess.spec import PreprocessSpec
-    from ..quant.data import CalibrationDataError, load_frames
+    from ..pipeline import FramePipeline
+    from ..preprocess.encodings import FrameError
     from .pipeline import VlmPipeline, load_vlm
     from .sampling import Sampling
 
+    if not (Path(args.bag) / "metadata.yaml").is_file():
+        raise AskError(f"{args.bag}: not a rosbag2 directory")
     try:
-        frames = load_frames(args.bag, args.topic, limit=args.index + 1)
-    except CalibrationDataError as err:
+        frames = list(iter_frames(args.bag, args.topic, limit=args.index + 1))
+    except (ValueError, FrameError) as err:
         raise AskError(str(err)) from err
     if len(frames) <= args.index:
         raise AskError(f"{args.bag} has {len(frames)} frames; no frame {args.index}")
@@ -38,8 +40,10 @@ def ask(args: argparse.Namespace) -> dict:
     except (EncoderError, BuildError, KeyError) as err:
         raise AskError(str(err)) from err
     t0 = time.perf_counter()
-    pixels = CpuPreprocessor(PreprocessSpec(size=encoder.image_size))(frame)[None]
-    emb = encoder.encode(pixels)
+    try:
+        emb = FramePipeline(encoder).encode(frame)
+    except FrameError as err:
+        raise AskError(f"{args.bag}: frame {args.index}: {err}") from err
     encode_ms = (time.perf_counter() - t0) * 1e3
     try:
         model = load_vlm(args.llm, encoder.embed_dim, args.visual_tokens, args.tokenizer, args.projector, args.seed)

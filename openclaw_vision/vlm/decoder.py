@@ -47,7 +47,12 @@ def apply_rope(x, cos, sin, xp=np):
 
 
 class LlamaDecoder:
-    """Holds the `llm.*` parameters (validated beforehand, see weights.py) on its array module."""
+    """Holds the `llm.*` parameters (validated beforehand, see weights.py) on its array module.
+
+    The pipeline's interface (shared with llamacpp.LlamaCppDecoder): `new_cache` and `run`.
+    """
+
+    backend = "ours"
 
     def __init__(self, cfg: LlamaConfig, params: dict, xp=np, dtype=np.float32) -> None:
         self.cfg, self.xp, self.dtype = cfg, xp, dtype
@@ -91,6 +96,17 @@ class LlamaDecoder:
         probs = softmax(scores, xp)
         out = probs.astype(self.dtype) @ v.transpose(1, 0, 2)[:, None]  # (kvh, g, T, hd)
         return out.transpose(2, 0, 1, 3).reshape(t, cfg.heads * hd)
+
+    # --- the pipeline's interface ----------------------------------------------------------------
+    def new_cache(self, num_blocks: int, block_size: int) -> PagedKVCache:
+        return PagedKVCache(self.cfg, num_blocks, block_size, self.xp, self.dtype)
+
+    def run(self, cache: PagedKVCache, seq_id, parts, start: int):
+        """Positions [start, …) of a sequence from `parts` in order, each token ids (1-D) or embeddings
+        (T, hidden) — the projected visual tokens; returns the last position's logits (see `forward`)."""
+        xp = self.xp
+        embeds = [self.embed(p) if np.ndim(p) == 1 else xp.asarray(p, dtype=self.dtype) for p in parts]
+        return self.forward(cache, seq_id, embeds[0] if len(embeds) == 1 else xp.concatenate(embeds), start)
 
     # --- the forward pass -----------------------------------------------------------------------
     def forward(self, cache: PagedKVCache, seq_id, embeds, start: int):

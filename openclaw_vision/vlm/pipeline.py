@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from .config import LlamaConfig, get_llm_config
-from .decoder import LlamaDecoder, PagedKVCache
+from .decoder import LlamaDecoder
 from .kv_cache import OutOfBlocks
 from .projector import Projector, ProjectorConfig, projector_shapes, random_projector_params
 from .sampling import Sampler, Sampling
@@ -41,6 +41,8 @@ class VlmModel:
     tokenizer: ChatTokenizer
     model_id: str
     xp: object = np
+    backend: str = "ours"  # the LLM backend: "ours" (NumPy/CuPy decoder) or "llamacpp"
+    backend_reason: str = ""  # why (auto's choice, logged at start)
 
 
 def _digest(path: Path) -> str:
@@ -48,6 +50,30 @@ def _digest(path: Path) -> str:
     for f in sorted(Path(path).glob("*.safetensors")):
         h.update(f.read_bytes())
     return h.hexdigest()[:12]
+
+
+def pick_llm_backend(llm: str, requested: str = "auto") -> tuple[str, str]:
+    """(backend, reason): auto takes llamacpp when it is installed and the model is a GGUF file."""
+    from ..config import LLM_BACKENDS
+    from . import llamacpp
+    from .gguf import is_gguf
+
+    if requested not in LLM_BACKENDS:
+        raise ValueError(f"llm_backend {requested!r}; choose one of {', '.join(LLM_BACKENDS)}")
+    gguf = Path(llm).suffix.lower() == ".gguf" or is_gguf(Path(llm))
+    if requested == "llamacpp":
+        if not gguf:
+            raise ValueError(f"llm_backend llamacpp runs GGUF files; {llm!r} is not one")
+        if not llamacpp.available():
+            raise ValueError(llamacpp.INSTALL_HINT)
+        return "llamacpp", "asked for"
+    if requested == "ours":
+        return "ours", "asked for" + (" (GGUF dequantised to float32 at load)" if gguf else "")
+    if gguf and llamacpp.available():
+        return "llamacpp", "auto: a GGUF file and llama.cpp is installed"
+    if gguf:
+        return "ours", "auto: a GGUF file but llama-cpp-python is not installed (dequantised to float32)"
+    return "ours", "auto: not a GGUF file"
 
 
 def load_vlm(
@@ -60,10 +86,26 @@ def load_vlm(
     xp=np,
     dtype=np.float32,
     tokenizer_home: Path | None = None,
+    llm_backend: str = "auto",
+    n_ctx: int = 4096,
 ) -> VlmModel:
-    """A named config with random weights, or a Hugging Face Llama folder; validated before use."""
+    """A named config with random weights, a Hugging Face Llama folder or a GGUF file; validated before use.
+
+    A GGUF runs in llama.cpp (`llm_backend` llamacpp, or auto where it is installed) or in our
+    decoder, dequantised to float32 at load (ours). `n_ctx`: llama.cpp's KV cells (the pipeline's
+    kv_blocks × block_size must fit).
+    """
     path = Path(llm)
-    if path.is_dir():
+    backend, reason = pick_llm_backend(llm, llm_backend)
+    if path.suffix.lower() == ".gguf" or path.is_file():
+        from .gguf import gguf_params, gguf_tokenizer, read_gguf
+
+        gg = read_gguf(path)  # checks magic, truncation, architecture and shapes before anything else
+        cfg, model_id = gg.cfg, gg.model_id
+        params = gguf_params(gg) if backend == "ours" else {}
+        if tokenizer is None:
+            tokenizer = gguf_tokenizer(gg)
+    elif path.is_dir():
         cfg, params = load_hf_llama(path)
         model_id = f"{path.name}@{_digest(path)}"
         tokenizer = tokenizer or path
@@ -83,14 +125,22 @@ def load_vlm(
         tokenizer = home / "tokenizer.json"
         if not tokenizer.is_file():
             build_default_tokenizer(home, min(cfg.vocab_size, 512))
-    tok = ChatTokenizer(tokenizer)
+    tok = ChatTokenizer(tokenizer, origin=str(path))
     if tok.vocab_size > cfg.vocab_size:
         raise ValueError(f"tokenizer has {tok.vocab_size} tokens but the model only {cfg.vocab_size}")
-    placed = place(params, xp, dtype)
-    validate(placed, llm_shapes(cfg) | projector_shapes(proj_cfg), xp, dtype)
-    return VlmModel(
-        cfg, proj_cfg, LlamaDecoder(cfg, placed, xp, dtype), Projector(proj_cfg, placed, xp), tok, model_id, xp
-    )
+    if backend == "llamacpp":
+        from .llamacpp import LlamaCppDecoder
+
+        xp = np  # llama.cpp holds the weights; the projector runs on the host and hands it float32
+        placed = place(params, np, np.float32)
+        validate(placed, projector_shapes(proj_cfg), np, np.float32)
+        decoder = LlamaCppDecoder(gg, n_ctx=n_ctx)
+        reason += f", {gg.file_type}, {decoder.threads} threads"
+    else:
+        placed = place(params, xp, dtype)
+        validate(placed, llm_shapes(cfg) | projector_shapes(proj_cfg), xp, dtype)
+        decoder = LlamaDecoder(cfg, placed, xp, dtype)
+    return VlmModel(cfg, proj_cfg, decoder, Projector(proj_cfg, placed, xp), tok, model_id, xp, backend, reason)
 
 
 @dataclass
@@ -116,7 +166,7 @@ class VlmPipeline:
         prefix_frames: int = 2,
     ) -> None:
         self.model = model
-        self.cache = PagedKVCache(model.cfg, kv_blocks, block_size, model.xp)
+        self.cache = model.decoder.new_cache(kv_blocks, block_size)
         self.sampling = sampling or Sampling()
         self.max_new_tokens = max_new_tokens
         self.system = system
@@ -145,7 +195,6 @@ class VlmPipeline:
         m = self.model
         ids = m.tokenizer.chat("", self.system).prefix
         visual = m.projector(features)
-        embeds = m.xp.concatenate([m.decoder.embed(ids), visual.astype(m.decoder.dtype)])
         keys = [*ids, *(("image", frame_key, i) for i in range(visual.shape[0]))]
         seq_id = f"prefix-{next(self._ids)}"
         while True:
@@ -155,7 +204,9 @@ class VlmPipeline:
             except OutOfBlocks:
                 if not self._evict_prefix(keep=None):
                     raise
-        m.decoder.forward(self.cache, seq_id, embeds[cached:], cached)
+        # the leading `cached` positions are in blocks found by content (ours only): run the rest
+        parts = [ids[cached:], visual[max(0, cached - len(ids)) :]]
+        m.decoder.run(self.cache, seq_id, [p for p in parts if len(p)], cached)
         self._prefixes[frame_key] = (seq_id, len(keys))
         while len(self._prefixes) > self.prefix_frames:
             self._evict_prefix(keep=frame_key)
@@ -193,7 +244,7 @@ class VlmPipeline:
             t0 = time.perf_counter()
             for tok in q_ids:
                 self.manager.append(seq_id, tok)
-            logits = m.decoder.forward(self.cache, seq_id, m.decoder.embed(q_ids), prefix_len)
+            logits = m.decoder.run(self.cache, seq_id, [q_ids], prefix_len)
             t1 = time.perf_counter()
             pos = prefix_len + len(q_ids)
             while len(out) < self.max_new_tokens:
@@ -207,7 +258,7 @@ class VlmPipeline:
                 if len(out) == self.max_new_tokens:
                     break
                 self.manager.append(seq_id, token)
-                logits = m.decoder.forward(self.cache, seq_id, m.decoder.embed([token]), pos)
+                logits = m.decoder.run(self.cache, seq_id, [[token]], pos)
                 pos += 1
             t2 = time.perf_counter()
         finally:

@@ -44,14 +44,19 @@ class PromptParts:
 
 
 class ChatTokenizer:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path, origin: str | None = None) -> None:
+        """`path`: a tokenizer.json (or its folder), or a `tokenizers.Tokenizer` built elsewhere (a GGUF's
+        vocabulary, see gguf.py) with `origin` naming where it came from."""
         from tokenizers import Tokenizer
 
-        path = Path(path)
-        file = path / "tokenizer.json" if path.is_dir() else path
-        if not file.is_file():
-            raise TokenizerError(f"no tokenizer.json at {path}")
-        self.tok = Tokenizer.from_file(str(file))
+        if isinstance(path, Tokenizer):
+            self.tok, file = path, origin or "tokenizer"
+        else:
+            path = Path(path)
+            file = path / "tokenizer.json" if path.is_dir() else path
+            if not file.is_file():
+                raise TokenizerError(f"no tokenizer.json at {path}")
+            self.tok = Tokenizer.from_file(str(file))
         ids = {name: self.tok.token_to_id(name) for name in ("<s>", "</s>")}
         if None in ids.values():
             raise TokenizerError(f"{file}: needs <s> and </s> tokens (a Llama tokenizer)")

@@ -66,13 +66,18 @@ def _header(**fields: int) -> np.ndarray:
         "grid_y",
         "block_x",
         "block_y",
+        "slot",
+        "slots",
         "magic",
     )
     return np.array([fields.get(k, 0) for k in order], "<i8")
 
 
-def preprocess_job(job: KernelJob, raw: np.ndarray, big_endian: bool = False, half: bool = False) -> bytes:
-    """A job file for the `preprocess` kernel: exactly `job.nbytes` image bytes, no slack."""
+def preprocess_job(
+    job: KernelJob, raw: np.ndarray, big_endian: bool = False, half: bool = False, slot: int = 0, slots: int = 1
+) -> bytes:
+    """A job file for the `preprocess` kernel: exactly `job.nbytes` image bytes, no slack; the
+    output is row `slot` of a (slots, 3, S, S) batch (the engine's input buffer on the GPU)."""
     raw = np.ascontiguousarray(raw, np.uint8).reshape(-1)[: job.nbytes]
     if raw.size < job.nbytes:
         raise ValueError(f"{raw.size} bytes, the job reads {job.nbytes}")
@@ -85,6 +90,8 @@ def preprocess_job(job: KernelJob, raw: np.ndarray, big_endian: bool = False, ha
         grid_y=job.grid[1],
         block_x=job.block[0],
         block_y=job.block[1],
+        slot=slot,
+        slots=slots,
         magic=MAGIC,
         **s,
     )
@@ -140,3 +147,15 @@ def preprocess(exe: Path, job: KernelJob, raw: np.ndarray, big_endian: bool = Fa
     """The kernel's (3, S, S) output for one frame, float32 (or float16 when `half`)."""
     out = run(exe, [preprocess_job(job, raw, big_endian, half)])[0]
     return np.frombuffer(out, np.float16 if half else np.float32).reshape(3, job.size, job.size)
+
+
+def preprocess_into_batch(
+    exe: Path, jobs: list[tuple[KernelJob, np.ndarray, bool]], half: bool = False
+) -> list[np.ndarray]:
+    """Frame k of `jobs` (job, raw bytes, big_endian) written by the kernel into row k of a
+    (len(jobs), 3, S, S) batch; returns each run's whole batch (rows it must not touch are NaN)."""
+    n = len(jobs)
+    files = [preprocess_job(job, raw, be, half, slot=k, slots=n) for k, (job, raw, be) in enumerate(jobs)]
+    size = jobs[0][0].size
+    dtype = np.float16 if half else np.float32
+    return [np.frombuffer(out, dtype).reshape(n, 3, size, size) for out in run(exe, files)]

@@ -1,0 +1,283 @@
+"""Many cameras, one encoder node: cross-camera batches, per-camera topics, headers and counts, fairness.
+
+- FramePipeline: a batch of frames of mixed sizes and encodings gives what each frame gives alone
+  (ONNX Runtime and OpenVINO, FP32 and INT8); a bad frame in a batch is rejected on its own.
+- The node as a process over loopback DDS, `--image-topics` with three cameras (raw rgb8, raw nv12,
+  a compressed JPEG) and a silent fourth: features on each camera's own topic with that camera's
+  headers, exact per-camera counts in --stats-json and on /diagnostics, garbage from one camera
+  moving only its rejected count.
+- Overload in process over DDS: cameras flooding a node slower than them are served round robin.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import compressed_fuzz
+import numpy as np
+import pytest
+from dds_helpers import Inbox, wait_until
+
+from openclaw_vision.config import ConfigError, EncoderConfig, from_sources
+from openclaw_vision.encoders.onnxruntime import OnnxRuntimeEncoder
+from openclaw_vision.pipeline import FramePipeline
+from openclaw_vision.preprocess.compressed import CompressedFrame
+from openclaw_vision.preprocess.encodings import FrameError
+from openclaw_vision.preprocess.frame import Frame
+from openclaw_vision.quant.evaluate import GateSpec
+from openclaw_vision.ros.encoder_node import camera_specs
+from openclaw_vision.sample_frames import compress_rgb, convert_rgb, pan_frames
+
+ROOT = Path(__file__).resolve().parents[1]
+FRONT, LEFT, REAR, SILENT = "/front/image_raw", "/left/image_raw", "/rear/image_raw/compressed", "/silent/image_raw"
+
+
+def _pan(h: int, w: int, i: int) -> np.ndarray:
+    frames = list(pan_frames(i + 1, w, h))
+    return np.ascontiguousarray(frames[i])
+
+
+def _mixed_frames() -> list:
+    """Five frames a robot's cameras might send at once: sizes, encodings and one JPEG all differ."""
+    rgb = _pan(1080, 1920, 0)
+    nv12 = convert_rgb(_pan(480, 640, 1), "nv12")
+    mono16 = convert_rgb(_pan(200, 300, 2), "mono16")
+    bgr = convert_rgb(_pan(150, 97, 3), "bgr8")
+    fmt, jpeg = compress_rgb(_pan(216, 384, 4), "rgb8", "jpeg")
+    return [
+        Frame.from_rgb(rgb),
+        Frame.from_buffer(nv12.tobytes(), 480, 640, 640, "nv12"),
+        Frame.from_buffer(mono16.tobytes(), 200, 300, 600, "mono16"),
+        Frame.from_buffer(bgr.tobytes(), 150, 97, 97 * 3, "bgr8"),
+        CompressedFrame.from_buffer(jpeg, fmt),
+    ]
+
+
+def _encoders(tiny_model, int8_model):
+    from openclaw_vision.encoders.openvino import OpenVinoEncoder
+
+    return [
+        ("onnxruntime fp32", OnnxRuntimeEncoder(tiny_model, threads=1), 0.99999),
+        ("openvino fp32", OpenVinoEncoder(tiny_model, threads=1), 0.99999),
+        ("onnxruntime int8", OnnxRuntimeEncoder(int8_model, threads=1), GateSpec().min_cosine),
+        ("openvino int8", OpenVinoEncoder(int8_model, threads=1, gate="ignore"), GateSpec().min_cosine),
+    ]
+
+
+def test_a_batch_of_mixed_frames_gives_what_each_frame_gives_alone(tiny_model, int8_model):
+    frames = _mixed_frames()
+    for name, enc, bound in _encoders(tiny_model, int8_model):
+        pipe = FramePipeline(enc)
+        assert pipe.max_batch == 8  # our exports have a dynamic batch axis: the default limit
+        batch = pipe.encode(frames).vectors
+        alone = np.stack([pipe.encode(f).vectors[0] for f in frames])
+        assert batch.shape == (5, 32)
+        cos = (batch * alone).sum(1)
+        assert cos.min() >= bound, (name, cos)
+        assert np.allclose(np.linalg.norm(batch, axis=1), 1, atol=1e-5)
+
+
+def test_a_bad_frame_in_a_batch_is_rejected_alone_and_the_others_are_encoded(tiny_model):
+    pipe = FramePipeline(OnnxRuntimeEncoder(tiny_model, threads=1), max_batch=4)
+    good = _mixed_frames()
+    bad = compressed_fuzz.by_decoding(per_kind=1, seed=3)[0]  # passes the checks on arrival, no decoder takes it
+    broken = CompressedFrame.from_buffer(bad.data, bad.format)
+    res = pipe.run([good[0], broken, good[1], good[4]])
+    assert res.encoded == [0, 2, 3] and list(res.rejected) == [1] and isinstance(res.rejected[1], FrameError)
+    alone = pipe.encode([good[0], good[1], good[4]]).vectors
+    assert ((res.vectors * alone).sum(1) >= 0.99999).all()
+    assert set(res.decode_s) >= {3} and set(res.preprocess_s) == {0, 2, 3} and res.encode_s > 0
+    with pytest.raises(FrameError, match="frame 1"):
+        pipe.encode([good[0], broken])
+    with pytest.raises(ValueError, match="at most 8"):
+        FramePipeline(OnnxRuntimeEncoder(tiny_model, threads=1), max_batch=9)
+
+
+def test_camera_topics_and_their_features_topics():
+    cfg = EncoderConfig(image_topics=(FRONT, REAR, "/cam3"))
+    specs = {s.topic: (s.input_topic, s.input_type.split("/")[-1], s.features_topic) for s in camera_specs(cfg)}
+    assert specs == {
+        FRONT: (FRONT, "Image", "/front/visual_features"),
+        REAR: (REAR, "CompressedImage", "/rear/visual_features"),
+        "/cam3": ("/cam3", "Image", "/cam3/visual_features"),
+    }
+    one = camera_specs(EncoderConfig(image_transport="compressed"))  # one camera: as before
+    assert [(s.input_topic, s.features_topic) for s in one] == [("/camera/image_raw/compressed", "/visual_features")]
+    with pytest.raises(ConfigError, match="already"):
+        camera_specs(EncoderConfig(image_topics=("/a/image_raw", "/a/image_rect")))  # both /a/visual_features
+    assert [s.features_topic for s in camera_specs(EncoderConfig(image_topics=("/a/image_raw", "/a/image_rect"),
+                                                               features_pattern="{topic}/features"))] == [
+        "/a/image_raw/features", "/a/image_rect/features"]  # fmt: skip
+    example = from_sources(ROOT / "config" / "encoder-4-cameras.yaml", "encoder_node", {})
+    assert [s.features_topic for s in camera_specs(example)] == [
+        "/front/visual_features",
+        "/rear/visual_features",
+        "/left/visual_features",
+        "/right/visual_features",
+    ]
+    assert [s.input_type.split("/")[-1] for s in camera_specs(example)] == ["Image", "Image"] + ["CompressedImage"] * 2
+    with pytest.raises(ConfigError, match="features_pattern"):
+        EncoderConfig(features_pattern="/visual_features").validate()
+    with pytest.raises(ConfigError, match="image_topics"):
+        EncoderConfig(image_topics=(FRONT, FRONT)).validate()
+
+
+# --- over DDS -------------------------------------------------------------------------------------
+
+
+def _header(t, stamp_ns: int, frame_id: str):
+    return t.msg("std_msgs/msg/Header")(
+        stamp=t.msg("builtin_interfaces/msg/Time")(sec=stamp_ns // 10**9, nanosec=stamp_ns % 10**9), frame_id=frame_id
+    )
+
+
+def _image(t, stamp_ns: int, frame_id: str, rows: np.ndarray, h: int, w: int, encoding: str, step: int | None = None):
+    from openclaw_vision.ros.types import IMAGE
+
+    data = np.ascontiguousarray(rows).tobytes()
+    return t.msg(IMAGE)(header=_header(t, stamp_ns, frame_id), height=h, width=w, encoding=encoding, is_bigendian=0,
+                        step=step if step is not None else len(data) // rows.shape[0], data=data)  # fmt: skip
+
+
+@pytest.mark.dds
+def test_three_cameras_one_node_each_gets_its_features_headers_and_counts(tiny_model, dds_domain, tmp_path):
+    from openclaw_vision.ros.cyclone import CycloneTransport
+    from openclaw_vision.ros.diagnostics import status_values
+    from openclaw_vision.ros.process import NodeProcess
+    from openclaw_vision.ros.types import COMPRESSED_IMAGE, DIAGNOSTIC_ARRAY, IMAGE, VISUAL_FEATURES, QoS
+
+    stats_path = tmp_path / "stats.json"
+    node = NodeProcess(
+        ["--model", "tiny", "--model-path", str(tiny_model), "--backend", "onnxruntime", "--threads", "1",
+         "--image-topics", FRONT, LEFT, REAR, SILENT, "--reliability", "reliable", "--depth", "5",
+         "--diagnostics-period", "0.2", "--transport", "cyclonedds", "--stats-json", str(stats_path)],
+        log_path=tmp_path / "node.log",
+    )  # fmt: skip
+    t = CycloneTransport("test_cameras")
+    try:
+        qos = QoS("reliable", 10, "keep_all")
+        pubs = {FRONT: t.publisher(FRONT, IMAGE, qos), LEFT: t.publisher(LEFT, IMAGE, qos),
+                REAR: t.publisher(REAR, COMPRESSED_IMAGE, qos)}  # fmt: skip
+        names = {FRONT: "front", LEFT: "left", REAR: "rear", SILENT: "silent"}
+        inboxes = {cam: Inbox() for cam in names}
+        for cam, inbox in inboxes.items():
+            t.subscribe(f"/{names[cam]}/visual_features", VISUAL_FEATURES, QoS("reliable", 50, "keep_all"), inbox)
+        diags = Inbox()
+        t.subscribe("/diagnostics", DIAGNOSTIC_ARRAY, QoS("reliable", 10), diags)
+        wait_until(lambda: all(p.matched() for p in pubs.values()) and node.alive(), 90, "the node's subscriptions")
+        sent: dict[str, list] = {cam: [] for cam in names}
+        pipe = FramePipeline(OnnxRuntimeEncoder(tiny_model, threads=1))
+        rounds = 4
+        for r in range(rounds):
+            stamp = 1_800_000_000_000_000_000 + r * 33_000_000
+            front = _pan(240, 320, r)
+            left = convert_rgb(_pan(144, 256, r + 1), "nv12")
+            fmt, jpeg = compress_rgb(_pan(216, 384, r + 2), "rgb8", "jpeg")
+            msgs = {
+                FRONT: _image(t, stamp + 1, "front", front.reshape(240, -1), 240, 320, "rgb8"),
+                LEFT: _image(t, stamp + 2, "left", left.reshape(216, -1), 144, 256, "nv12"),
+                REAR: t.msg(COMPRESSED_IMAGE)(header=_header(t, stamp + 3, "rear"), format=fmt, data=jpeg),
+            }
+            for cam, msg in msgs.items():
+                pubs[cam].publish(msg)
+                sent[cam].append((stamp + 1 + list(msgs).index(cam), msg))
+            if r in (1, 2):  # garbage from the left camera: a step shorter than a row
+                pubs[LEFT].publish(_image(t, stamp + 9, "left", left.reshape(216, -1), 144, 256, "nv12", step=10))
+            for cam in msgs:  # lockstep: every camera's frame is encoded before the next round
+                inboxes[cam].wait(r + 1, timeout=60)
+        last = diags.wait_for(
+            lambda ms: any((status_values(m, f"encoder_node: camera {LEFT}") or {}).get("rejected") == "2"
+                           and (status_values(m, f"encoder_node: camera {REAR}") or {}).get("encoded") == "4"
+                           for m in ms), 30, "per-camera diagnostics")  # fmt: skip
+        assert node.stop() == 0, node.log_text()[-3000:]
+    finally:
+        node.stop()
+        t.close()
+
+    stats = json.loads(stats_path.read_text())
+    cams = stats["cameras"]
+    counts = {cam: {k: cams[cam][k] for k in ("received", "encoded", "dropped", "rejected", "failed")} for cam in cams}
+    assert counts == {
+        FRONT: {"received": 4, "encoded": 4, "dropped": 0, "rejected": 0, "failed": 0},
+        LEFT: {"received": 6, "encoded": 4, "dropped": 0, "rejected": 2, "failed": 0},
+        REAR: {"received": 4, "encoded": 4, "dropped": 0, "rejected": 0, "failed": 0},
+        SILENT: {"received": 0, "encoded": 0, "dropped": 0, "rejected": 0, "failed": 0},
+    }
+    for k in ("received", "encoded", "dropped", "rejected", "failed"):
+        assert stats[k] == sum(c[k] for c in counts.values())  # the totals stay at the top level
+    assert cams[REAR]["stages_ms"]["decode"]["n"] == 4 and cams[FRONT]["stages_ms"]["decode"]["n"] == 0
+    assert cams[SILENT]["features_topic"] == "/silent/visual_features" and not inboxes[SILENT].items
+    left_diag = next(status_values(m, f"encoder_node: camera {LEFT}") for m in reversed(last)
+                     if status_values(m, f"encoder_node: camera {LEFT}"))  # fmt: skip
+    assert left_diag["features_topic"] == "/left/visual_features" and "encode_ms_p50" in left_diag
+
+    for cam in (FRONT, LEFT, REAR):
+        got = inboxes[cam].items
+        assert len(got) == rounds
+        want = {s: m for s, m in sent[cam]}
+        for feat in got:
+            stamp = feat.header.stamp.sec * 10**9 + feat.header.stamp.nanosec
+            assert stamp in want and feat.header.frame_id == cam.split("/")[1], (cam, stamp)
+            msg = want[stamp]
+            frame = (CompressedFrame if cam == REAR else Frame).from_message(msg)
+            alone = pipe.encode(frame).vectors[0]
+            assert float(np.dot(alone, feat.embedding)) >= 0.99999, cam
+
+
+class SlowEncoder:
+    """An encoder slower than the cameras (each call waits `delay` s), recording each batch's size."""
+
+    def __init__(self, inner, delay: float) -> None:
+        self.inner, self.delay, self.batches = inner, delay, []
+        for k in ("model_id", "embed_dim", "image_size", "backend", "precision", "max_batch"):
+            setattr(self, k, getattr(inner, k))
+
+    def frame_preprocessor(self):
+        return None
+
+    def encode(self, pixels):
+        self.batches.append(len(pixels))
+        time.sleep(self.delay)
+        return self.inner.encode(pixels)
+
+
+@pytest.mark.dds
+def test_under_overload_every_camera_is_served_round_robin(tiny_model, dds_domain):
+    """Three cameras at ~100 fps each, a node that manages ~25 batches of at most 2 a second: each
+    camera gets the same share (round robin: batches a+b, c+a, b+c, ...), and every frame is counted."""
+    from openclaw_vision.ros.cyclone import CycloneTransport
+    from openclaw_vision.ros.encoder_node import EncoderNode
+    from openclaw_vision.ros.types import IMAGE, QoS
+
+    cams = ["/a/image_raw", "/b/image_raw", "/c/image_raw"]
+    enc = SlowEncoder(OnnxRuntimeEncoder(tiny_model, threads=1), delay=0.04)
+    node_t, cam_t = CycloneTransport("encoder_node"), CycloneTransport("cameras")
+    node = EncoderNode(EncoderConfig(image_topics=tuple(cams), max_batch=2, diagnostics_period=5.0), node_t, enc)
+    try:
+        pubs = [cam_t.publisher(c, IMAGE, QoS("best_effort", 1)) for c in cams]
+        node.start()
+        wait_until(lambda: all(p.matched() for p in pubs), 30, "the node's subscriptions")
+        rows = np.random.default_rng(0).integers(0, 256, (48, 64 * 3), np.uint8)
+        n = 0
+        end = time.monotonic() + 2.5
+        while time.monotonic() < end:
+            n += 1
+            for i, p in enumerate(pubs):
+                p.publish(_image(cam_t, n * 1000 + i, cams[i], rows, 48, 64, "rgb8"))
+            time.sleep(0.01)
+        wait_until(lambda: node.counters.snapshot()["received"] >= 3 * 10, 10, "frames")
+    finally:
+        node.stop()
+        node_t.close()
+        cam_t.close()
+    per = node.stats()["cameras"]
+    encoded = [per[c]["encoded"] for c in cams]
+    for c in cams:
+        s = per[c]
+        assert s["received"] == s["encoded"] + s["dropped"] + s["rejected"] + s["failed"], (c, s)
+        assert s["dropped"] > 0 and s["rejected"] == s["failed"] == 0, (c, s)  # overloaded, thinned, never queued
+    mean = sum(encoded) / 3
+    assert min(encoded) >= 0.8 * mean, encoded
+    assert max(enc.batches) == 2 and sum(enc.batches) == sum(encoded)  # cross-camera batches, never above max_batch
