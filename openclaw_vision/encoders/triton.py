@@ -36,7 +36,16 @@ from typing import Any
 import numpy as np
 
 from .backends import EncoderOptions
-from .base import Embedding, EncoderError, ModelInfo, check_model_file, checked_output, l2_normalise, one_line
+from .base import (
+    Embedding,
+    EncoderError,
+    HostInput,
+    ModelInfo,
+    check_model_file,
+    checked_output,
+    l2_normalise,
+    one_line,
+)
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +109,9 @@ def _unwrap(parameters: Mapping[str, Any]) -> dict[str, str]:
     return {k: (v.get("string_value", "") if isinstance(v, Mapping) else str(v)) for k, v in parameters.items()}
 
 
-class TritonEncoder:
+class TritonEncoder(HostInput):
+    """`max_batch` is the server model's max_batch_size (larger batches are sent in parts)."""
+
     backend = "triton"
 
     def __init__(self, model_path: str | Path, options: EncoderOptions | None = None) -> None:

@@ -33,7 +33,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..encoders.base import ModelInfo
+from ..encoders.base import DEFAULT_MAX_BATCH, ModelInfo
 from ..encoders.triton import model_name, model_parameters, read_local_info
 from ..errors import OpenclawError
 
@@ -45,7 +45,6 @@ RUNTIMES = {
     "openvino": ('backend: "openvino"', "KIND_CPU"),
     "tensorrt": ('platform: "tensorrt_plan"', "KIND_GPU"),
 }
-DEFAULT_MAX_BATCH = 8
 #: how long the dynamic batcher holds a request for others to join it (µs): a lone camera's frame pays it in
 #: full, so it stays well below the +2 ms the triton path may cost; frames that queue behind a running batch
 #: are merged whatever the delay
@@ -178,7 +177,7 @@ def write_repo(models: list[Path], out: Path, runtimes: tuple[str, ...] = ("onnx
                 skipped.append({"model": name, "why": why})
                 continue
             folder = out / name
-            batch = max_batch
+            batch = min(max_batch, info.max_batch)  # a file with a static batch dimension allows no more
             if rt == "tensorrt":
                 found = find_engine(path, engine_cache)
                 if found is None:

@@ -91,6 +91,7 @@ def serve(model_path: Path, address: str = "127.0.0.1:8001", backend: str = "aut
     info = read_local_info(model_path)
     inp, out = io_of(model_path)
     enc = create_encoder(backend, model_path, threads=threads)
+    max_batch = min(max_batch, enc.max_batch)  # a file with a static batch dimension allows no more
     dtype = np.float16 if inp.data_type == "TYPE_FP16" else np.float32
 
     @batch
