@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -37,6 +38,26 @@ def mapped_shm(pgid: int | None = None) -> set[Path]:
             continue
         found.update(Path(line.split(None, 5)[5].removesuffix(" (deleted)")) for line in maps.splitlines()
                      if line.count(" ") >= 5 and "/dev/shm/" in line)  # fmt: skip
+    return found
+
+
+def pytriton_workspaces(pgid: int) -> set[Path]:
+    """The PyTriton workspace folders (…/pytriton/workspace_*) that process group `pgid`'s tritonserver runs from."""
+    found: set[Path] = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if os.getpgid(int(proc.name)) != pgid:
+                continue
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except (OSError, ProcessLookupError):
+            continue
+        for arg in argv:
+            parts = Path(arg.decode(errors="replace")).parts
+            for i, part in enumerate(parts[:-1]):
+                if part == "pytriton" and parts[i + 1].startswith("workspace_"):
+                    found.add(Path(*parts[: i + 2]))
     return found
 
 
@@ -95,6 +116,7 @@ class ServerProcess:
         if self.proc is None:
             return
         segments = mapped_shm(self.proc.pid) if self.proc.poll() is None else set()
+        workspaces = pytriton_workspaces(self.proc.pid) if self.proc.poll() is None else set()
         if self.proc.poll() is None and timeout > 0:
             self._signal_group(sig)
             with contextlib.suppress(subprocess.TimeoutExpired):  # SIGKILL below, then
@@ -107,6 +129,8 @@ class ServerProcess:
             time.sleep(0.05)
         for seg in segments - mapped_shm():
             seg.unlink(missing_ok=True)
+        for ws in workspaces:  # PyTriton's copy of tritonserver per start (~50 MB): a killed one stays behind
+            shutil.rmtree(ws, ignore_errors=True)
         if self.proc.stdout:
             self.proc.stdout.close()
 
