@@ -23,6 +23,12 @@ LLAMACPP_STAMP := $(VENV)/.llamacpp-$(shell echo $(LLAMACPP_REQ) | sha1sum | cut
 LLAMACPP_ISA := $(shell grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -xE 'avx2|fma|f16c|avx512f|avx512bw|avx512vl|avx512_vnni|avx512_bf16|avx_vnni|amx_int8|amx_bf16' | sort | tr '\n' '-')
 LLAMACPP_WHEELS := $(HOME)/.cache/openclaw-vision/llamacpp-wheels/$(LLAMACPP_ISA)
 
+# `openclaw-vision serve` runs PyTriton in a venv of its own: its release pins numpy<2 (and returns
+# empty outputs under NumPy 2), the project's venv has NumPy 2. The `serve` extra of setup.cfg lists it;
+# the package itself comes from this checkout (a .pth file), as the editable install does.
+SERVE_VENV := $(VENV)/serve
+SERVE_STAMP := $(SERVE_VENV)/.installed-$(shell sed -n '/^serve =/,/^[a-z]/p' setup.cfg | sha1sum | cut -c1-10)
+
 # The `ros2` test tier (test/ros2/): a real ROS 2 Humble ($$OPENCLAW_ROS2_PREFIX, /opt/ros/humble, or
 # ../shared/ros2-humble unpacked into $(VENV)/ros2/ with its apt packages) and the README's robot venv.
 # Without any Humble it prints one line and the tier skips (under CI=true the tier then fails).
@@ -36,7 +42,7 @@ ROS2_STAMP := $(VENV)/ros2/.prepared-$(shell cat package.xml requirements-humble
 $(STAMP):
 	rm -f $(VENV)/.installed-*
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -e '.[tools,vlm,text,dev,openvino]'
+	$(PY) -m pip install -q -e '.[tools,vlm,text,dev,openvino,triton]'
 	$(PY) -m pip install -q --no-deps 'open_clip_torch==$(OPEN_CLIP_VERSION)'
 	touch $@
 
@@ -45,12 +51,19 @@ $(TRT_STAMP): $(STAMP)
 	for b in $(TRT_BINDINGS); do $(PY) -m pip install -q --no-deps --target $(VENV)/trt/$${b%%=*} $${b#*=}; done
 	touch $@
 
+$(SERVE_STAMP): $(STAMP)
+	rm -rf $(SERVE_VENV)
+	$(PYTHON) -m venv $(SERVE_VENV)
+	$(SERVE_VENV)/bin/python -m pip install -q $$($(PY) -c 'from openclaw_vision.serving.serve import requirements; print(*requirements())')
+	echo $(CURDIR) > $$($(SERVE_VENV)/bin/python -c 'import site; print(site.getsitepackages()[0])')/openclaw_vision_src.pth
+	touch $@
+
 $(ROS2_STAMP): $(STAMP)
 	rm -f $(VENV)/ros2/.prepared-*; mkdir -p $(VENV)/ros2
 	$(PY) test/support/humble.py prepare
 	touch $@
 
-setup: $(STAMP) $(TRT_STAMP) $(ROS2_STAMP)
+setup: $(STAMP) $(TRT_STAMP) $(SERVE_STAMP) $(ROS2_STAMP)
 
 # Built once per CPU kind (a few minutes on 2 cores), then installed from that folder in seconds.
 $(LLAMACPP_STAMP): $(STAMP)

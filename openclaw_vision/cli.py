@@ -312,6 +312,29 @@ def cmd_build_engine(args: argparse.Namespace) -> int:
     return build_engine_cli(path, opts, args.cache_dir, args.force)
 
 
+def cmd_triton_repo(args: argparse.Namespace) -> int:
+    from .build import ensure_fp32
+    from .encoders import EncoderError
+    from .serving.repo import RepoError, write_repo
+
+    try:
+        models = list(args.model_path) or [ensure_fp32(args.model)]
+        int8 = default_model_path(args.model, "int8")
+        if not args.model_path and int8.is_file():
+            models.append(int8)
+        result = write_repo(models, args.out, tuple(args.runtimes.split(",")), args.max_batch, args.queue_delay_us,
+                            args.engine_cache)  # fmt: skip
+    except (RepoError, EncoderError, FileNotFoundError) as err:
+        print(f"triton-repo: {err}", file=sys.stderr)
+        return 2
+    for w in result["written"]:
+        print(f"wrote {w['folder']} ({w['runtime']}, batch 1..{w['max_batch']})")
+    for sk in result["skipped"]:
+        print(f"skipped {sk['model']}: {sk['why']}")
+    print(f"serve it: tritonserver --model-repository={args.out.resolve()} (gRPC on 8001)")
+    return 0 if result["written"] else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .quant.evaluate import GateSpec
 
@@ -505,6 +528,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="rebuild even if a valid engine is cached")
     p.set_defaults(fn=cmd_build_engine)
 
+    sub.add_parser("serve", help="a Triton server (PyTriton) hosting the image encoder; prints its gRPC URL "
+                   "(flags: see `openclaw-vision serve --help`)", add_help=False)  # fmt: skip
+
+    p = sub.add_parser("triton-repo", help="a Triton model repository (onnxruntime, openvino, tensorrt_plan)")
+    p.add_argument("--model", default="ViT-B-32", help="its FP32 export (built if missing) and INT8 model if built")
+    p.add_argument("--model-path", type=Path, action="append", default=[], help="ONNX file(s) instead (repeatable)")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--runtimes", default="onnxruntime,openvino,tensorrt")
+    p.add_argument("--max-batch", type=int, default=8, help="the batch dimension's limit (Triton's max_batch_size)")
+    p.add_argument("--queue-delay-us", type=int, default=500, help="how long the batcher waits for more requests")
+    p.add_argument("--engine-cache", type=Path, default=None, help="build-engine's cache (default: the data home's)")
+    p.set_defaults(fn=cmd_triton_repo)
+
     from .ladder import add_arguments as add_ladder_arguments
 
     p = sub.add_parser(
@@ -526,6 +562,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["encoder"]:  # the nodes parse their own flags (they mirror their config keys)
         return cmd_encoder(argv[1:])
+    if argv[:1] == ["serve"]:  # parses its own flags: it may re-execute itself in the serve venv
+        from .serving.serve import main as serve_main
+
+        return serve_main(argv[1:])
     if argv[:1] == ["vlm"]:
         from .ros.vlm_node import main as vlm_main
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from .encoders import BACKENDS, PERFORMANCE_HINTS
+from .encoders import PERFORMANCE_HINTS, backends
 from .errors import OpenclawError
 from .models.configs import MODEL_CONFIGS
 from .ros.types import RELIABILITIES, TRANSPORTS
@@ -161,7 +161,7 @@ class EncoderConfig(NodeConfig):
     max_batch: int = param(0, "most frames (one per camera) encoded in one batch; 0: the model's maximum", minimum=0)
     model: str = param("ViT-B-32", "named CLIP architecture (tiny, ViT-B-32, ViT-L-14, ...) unless model_path is set")
     model_path: str = param("", "ONNX file; empty: ~/.cache/openclaw_vision/models/<model>.<precision>.onnx")
-    backend: str = param("auto", "inference backend; auto: the GPU when one is usable", choices=BACKENDS)
+    backend: str = param("auto", "inference backend; auto: the GPU when one is usable", choices=backends.choices())
     precision: str = param(
         "int8", "int8: the gated Q/DQ model (openclaw-vision quantize); fp32 or fp16 on request",
         choices=("fp32", "fp16", "int8"),
@@ -180,6 +180,15 @@ class EncoderConfig(NodeConfig):
         "raw", "raw: sensor_msgs/Image on image_topic; compressed: CompressedImage on <image_topic>/compressed",
         choices=IMAGE_TRANSPORTS,
     )  # fmt: skip
+    triton_url: str = param("127.0.0.1:8001", "backend triton: the server's gRPC HOST:PORT")
+    triton_model: str = param("", "backend triton: model name on the server; empty: <model>_<precision>")
+    triton_model_version: str = param("", "backend triton: model version; empty: the server's latest")
+    triton_shared_memory: str = param(
+        "auto", "backend triton: auto = system shared memory when the server is on this host; off = pixels over gRPC",
+        choices=("auto", "off"),
+    )  # fmt: skip
+    triton_timeout: float = param(2.0, "backend triton: seconds one request may take before its frame fails",
+                                  minimum=0.0, above=True)  # fmt: skip
 
     def validate(self) -> EncoderConfig:
         for key in ("image_topic", "features_topic"):

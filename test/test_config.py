@@ -31,7 +31,7 @@ def test_cli_flags_mirror_the_config_keys():
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({"backend": "cuda"}, "parameter backend='cuda': choose one of auto, onnxruntime, openvino"),
+        ({"backend": "cuda"}, "parameter backend=.cuda.: choose one of auto, tensorrt, torch, openvino, onnxruntime"),
         ({"performance_hint": "fast"}, "parameter performance_hint='fast': choose one of latency, throughput"),
         ({"reliability": "sometimes"}, "parameter reliability='sometimes'"),
         ({"depth": 0}, "parameter depth=0: must be >= 1"),

@@ -21,6 +21,7 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import cv2
@@ -594,21 +595,21 @@ def test_backend_auto_takes_the_first_usable_and_logs_which_and_why(tiny_model, 
 
     built = []
 
-    def fake_build(name, path, threads, performance_hint, gate):
-        built.append(name)
+    def fake_build(name, path, options):
+        built.append((name, options.gate))
         if name == "tensorrt":
             raise RuntimeError("CUDA driver too old")
         return _FakeEncoder(name)
 
-    usable = lambda: (True, "test")  # noqa: E731
-    monkeypatch.setattr(
-        encs, "AUTO_ORDER", (("tensorrt", usable), ("torch", usable), ("openvino", usable), ("onnxruntime", usable))
+    rows = tuple(
+        replace(b, usable=lambda: (True, "test"), build=lambda p, o, n=b.name: fake_build(n, p, o))
+        for b in encs.backends.TABLE
     )
-    monkeypatch.setattr(encs, "_build", fake_build)
+    monkeypatch.setattr(encs.backends, "TABLE", rows)
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="openclaw_vision.encoders"):
         enc = encs.create_encoder("auto", tiny_model)
-    assert built == ["tensorrt", "torch"] and enc.backend == "torch"
+    assert built == [("tensorrt", "require"), ("torch", "require")] and enc.backend == "torch"  # auto's INT8 policy
     assert "tensorrt failed to start (RuntimeError('CUDA driver too old')); trying the next backend" in caplog.text
     built.clear()
     with pytest.raises(RuntimeError, match="driver"):  # configured explicitly: no silent fallback
@@ -626,7 +627,7 @@ def test_auto_probes_do_not_import_torch_without_a_gpu():
     """On CPU machines `auto` must not pay torch's import (seconds, hundreds of MB) to learn there is no GPU."""
     code = (
         "import json, sys; sys.modules['cupy'] = None; "  # as if CuPy were not installed
-        "import openclaw_vision.encoders as e; r = {n: p() for n, p in e.AUTO_ORDER}; "
+        "import openclaw_vision.encoders as e; r = {b.name: b.usable() for b in e.backends.auto_order()}; "
         "print(json.dumps([r, 'torch' in sys.modules]))"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)

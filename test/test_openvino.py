@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from openclaw_vision.encoders import AUTO_ORDER, BackendUnsuitable, EncoderError, create_encoder
+from openclaw_vision.encoders import BackendUnsuitable, EncoderError, backends, create_encoder
 from openclaw_vision.encoders.onnxruntime import OnnxRuntimeEncoder
 
 pytest.importorskip("openvino")
@@ -73,8 +74,9 @@ def test_auto_picks_openvino_on_x86_and_says_why(tiny_model, caplog):
 
 
 def test_auto_falls_back_to_onnxruntime_with_the_reason_when_openvino_is_missing(tiny_model, monkeypatch, caplog):
-    order = tuple((n, (lambda: (False, "not installed (test)")) if n == "openvino" else c) for n, c in AUTO_ORDER)
-    monkeypatch.setattr("openclaw_vision.encoders.AUTO_ORDER", order)
+    missing = lambda: (False, "not installed (test)")  # noqa: E731
+    rows = tuple(replace(b, usable=missing) if b.name == "openvino" else b for b in backends.TABLE)
+    monkeypatch.setattr(backends, "TABLE", rows)
     with caplog.at_level(logging.INFO, logger="openclaw_vision.encoders"):
         enc = create_encoder("auto", tiny_model)
     assert enc.backend == "onnxruntime" and "openvino: not installed (test)" in caplog.text

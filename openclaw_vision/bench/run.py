@@ -11,7 +11,7 @@ from ..models.configs import canonical_name
 from . import report
 from .harness import host_info, versions
 
-MODES = ("stages", "node", "roofline", "all", "vlm", "cameras")  # "all" = the encoder modes; vlm, cameras run alone
+MODES = ("stages", "node", "roofline", "all", "vlm", "cameras", "triton")  # "all" = the encoder modes; the others alone
 
 
 def run_bench(args: argparse.Namespace) -> dict:
@@ -68,6 +68,15 @@ def run_bench(args: argparse.Namespace) -> dict:
         args.int8_model_path = Path(int8_path)
         result["cameras"] = run_cameras(args, args.out)
         result["precision"], result["backend"] = "int8", f"{args.backend} (node default)"
+    if "triton" in modes:
+        from .triton import run_triton
+
+        args.model = canonical_name(args.model)
+        tr = run_triton(Path(ensure_fp32(args.model, args.model_path)), args.quick, args.out)
+        result["variants"] += tr["variants"]
+        result["triton"] = tr["triton"]
+        result["model"], result["precision"] = tr["triton"]["model"], "fp32"
+        result["backend"] = "onnxruntime, locally and inside the Triton server"
     if "vlm" in modes:
         from .vlm import run_vlm
 

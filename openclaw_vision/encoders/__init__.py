@@ -1,20 +1,27 @@
-"""Image encoder backends behind one protocol; `create_encoder` picks one from configuration."""
+"""Image encoder backends behind one protocol; `create_encoder` builds one from configuration.
+
+The backends themselves are rows of one table (backends.py). This package imports nothing heavy
+at import time (no numpy, no runtime): the launch file reads the table's names through it; the
+protocol and error types of base.py are loaded on first use.
+"""
 
 from __future__ import annotations
 
-import importlib.util
 import logging
-from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from .base import BackendUnsuitable, Embedding, EncoderError, ImageEncoder, l2_normalise
+from . import backends
+from .backends import EncoderOptions
+
+if TYPE_CHECKING:
+    from .base import BackendUnsuitable, Embedding, EncoderError, ImageEncoder, l2_normalise
 
 __all__ = [
-    "AUTO_ORDER",
-    "BACKENDS",
     "BackendUnsuitable",
     "Embedding",
     "EncoderError",
+    "EncoderOptions",
     "ImageEncoder",
     "create_encoder",
     "l2_normalise",
@@ -22,116 +29,73 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-BACKENDS = ("auto", "onnxruntime", "openvino", "tensorrt", "torch")
 PERFORMANCE_HINTS = ("latency", "throughput")
-#: backends that need a GPU: under `auto`, one that probes usable but fails to start (driver,
-#: GPU memory, an engine that cannot be built) falls back to the next row instead of stopping
-GPU_BACKENDS = ("tensorrt", "torch")
+_FROM_BASE = ("BackendUnsuitable", "Embedding", "EncoderError", "ImageEncoder", "l2_normalise")
 
 
-def _cuda_gpu() -> tuple[bool, str]:
-    """Whether CuPy (the GPU preprocessing kernel's launcher) sees a GPU, and why (not)."""
-    if importlib.util.find_spec("cupy") is None:
-        return False, "CuPy is not installed (pip install .[gpu])"
-    try:
-        import cupy
+def __getattr__(name: str) -> Any:
+    """base.py's names, imported when first asked for (base imports numpy)."""
+    if name in _FROM_BASE:
+        from . import base
 
-        count = cupy.cuda.runtime.getDeviceCount()
-    except Exception as err:  # no driver, no device: CuPy raises its own CUDA errors
-        return False, f"no usable CUDA device ({err})"
-    return (True, f"{count} CUDA device(s)") if count > 0 else (False, "no CUDA device")
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _tensorrt_usable() -> tuple[bool, str]:
-    if importlib.util.find_spec("tensorrt") is None and importlib.util.find_spec("tensorrt_bindings") is None:
-        return False, "TensorRT is not installed"
-    ok, why = _cuda_gpu()
-    return ok, (f"TensorRT importable, {why}" if ok else why)
+def _auto(model_path: Path, options: EncoderOptions) -> tuple[ImageEncoder, str]:
+    """The first row of the `auto` order that is usable here and runs this model, and why it was taken.
+    A backend that can run but refuses this model (`BackendUnsuitable`, e.g. an INT8 model not gated
+    on it) is skipped with its reason; a GPU backend that fails to start is skipped with a warning."""
+    from .base import BackendUnsuitable, EncoderError
 
-
-def _torch_usable() -> tuple[bool, str]:
-    ok, why = _cuda_gpu()  # checked first: importing torch only to learn there is no GPU costs seconds
-    if not ok:
-        return False, why
-    if importlib.util.find_spec("torch") is None or importlib.util.find_spec("onnx") is None:
-        return False, "torch and onnx are needed"
-    from .torch_cuda import cuda_usable
-
-    reason = cuda_usable()
-    return (True, f"torch sees CUDA, {why}") if reason is None else (False, reason)
-
-
-def _openvino_usable() -> tuple[bool, str]:
-    from .openvino import usable
-
-    return usable()
-
-
-#: `backend: auto` tries these in order: (backend, check → (usable here, why)). A backend that
-#: can run but refuses this model (`BackendUnsuitable`, e.g. an INT8 model not gated on it) is
-#: skipped with its reason; a GPU backend that fails to start is skipped with a warning.
-AUTO_ORDER: tuple[tuple[str, Callable[[], tuple[bool, str]]], ...] = (
-    ("tensorrt", _tensorrt_usable),
-    ("torch", _torch_usable),
-    ("openvino", _openvino_usable),
-    ("onnxruntime", lambda: (True, "the CPU default")),
-)
-
-
-def _build(backend: str, model_path: str | Path, threads: int, performance_hint: str, gate: str) -> ImageEncoder:
-    if backend == "tensorrt":
-        from .tensorrt import TensorRTEncoder
-
-        return TensorRTEncoder(model_path)
-    if backend == "torch":
-        from .torch_cuda import TorchCudaEncoder
-
-        return TorchCudaEncoder(model_path)
-    if backend == "openvino":
-        from .openvino import OpenVinoEncoder
-
-        return OpenVinoEncoder(model_path, threads=threads, performance_hint=performance_hint, gate=gate)
-    from .onnxruntime import OnnxRuntimeEncoder
-
-    return OnnxRuntimeEncoder(model_path, threads=threads)
-
-
-def _auto(model_path: str | Path, threads: int, performance_hint: str) -> tuple[ImageEncoder, str]:
-    """The first row of AUTO_ORDER that is usable here and runs this model, and why it was taken."""
     skipped: list[str] = []
-    for name, check in AUTO_ORDER:
-        ok, reason = check()
+    order = backends.auto_order()
+    for row in order:
+        ok, reason = row.usable()
         if not ok:
-            log.info("backend auto: %s not usable: %s", name, reason)
-            skipped.append(f"{name}: {reason}")
+            log.info("backend auto: %s not usable: %s", row.name, reason)
+            skipped.append(f"{row.name}: {reason}")
             continue
         try:
-            enc = _build(name, model_path, threads, performance_hint, gate="require")
+            enc = row.build(model_path, options)
         except BackendUnsuitable as err:
-            skipped.append(f"{name}: {err}")
+            skipped.append(f"{row.name}: {err}")
             continue
         except Exception as err:
-            if name not in GPU_BACKENDS:
+            if not row.gpu:
                 raise
-            log.warning("backend auto: %s failed to start (%r); trying the next backend", name, err)
-            skipped.append(f"{name}: failed to start ({err!r})")
+            log.warning("backend auto: %s failed to start (%r); trying the next backend", row.name, err)
+            skipped.append(f"{row.name}: failed to start ({err!r})")
             continue
-        order = " > ".join(n for n, _ in AUTO_ORDER)
-        return enc, f"auto, first usable of {order}: {reason}" + (f"; skipped {'; '.join(skipped)}" if skipped else "")
+        names = " > ".join(b.name for b in order)
+        return enc, f"auto, first usable of {names}: {reason}" + (f"; skipped {'; '.join(skipped)}" if skipped else "")
     raise EncoderError(f"no backend can run {model_path}: " + "; ".join(skipped))
 
 
 def create_encoder(
-    backend: str, model_path: str | Path, threads: int = 0, performance_hint: str = "latency"
+    backend: str,
+    model_path: str | Path,
+    threads: int | None = None,
+    performance_hint: str | None = None,
+    options: EncoderOptions | None = None,
 ) -> ImageEncoder:
-    """Build the configured backend; `auto` takes the first usable row of `AUTO_ORDER` and logs why.
-    A backend named explicitly gets no fallback: its error is the node's error."""
-    if backend not in BACKENDS:
-        raise EncoderError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-    if backend == "auto":
-        enc, why = _auto(model_path, threads, performance_hint)
+    """Build the configured backend; `auto` takes the first usable row of the table's `auto` order and
+    logs why. A backend named explicitly gets no fallback: its error is the node's error. `threads`
+    and `performance_hint`, when given, override `options`' (the common case needs nothing else)."""
+    from dataclasses import replace
+
+    from .base import EncoderError
+
+    if backend not in backends.choices():
+        raise EncoderError(f"unknown backend {backend!r}; choose one of {', '.join(backends.choices())}")
+    base_opts = options or EncoderOptions()
+    given = {"threads": threads, "performance_hint": performance_hint}
+    base_opts = replace(base_opts, **{k: v for k, v in given.items() if v is not None})
+    path = Path(model_path)
+    if backend == backends.AUTO:
+        enc, why = _auto(path, replace(base_opts, gate="require"))
     else:
-        enc, why = _build(backend, model_path, threads, performance_hint, gate="warn"), "configured"
+        enc, why = backends.get(backend).build(path, replace(base_opts, gate="warn")), "configured"
     log.info(
         "encoder backend %s (%s), model %s (%s)%s", enc.backend, why, enc.model_id, enc.precision,
         f", {enc.threads} threads" if hasattr(enc, "threads") else "",

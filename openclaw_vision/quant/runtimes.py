@@ -20,34 +20,31 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from ..encoders import backends
+from ..encoders.backends import EncoderOptions
+
 log = logging.getLogger(__name__)
 
 #: Unit-normalised embeddings of (N, 3, S, S) pixels.
 Embed = Callable[[np.ndarray], np.ndarray]
 
 
-def _onnxruntime(model: Path, threads: int):
-    from ..encoders.onnxruntime import OnnxRuntimeEncoder
-
-    return OnnxRuntimeEncoder(model, threads=threads)
-
-
-def _openvino(model: Path, threads: int):
-    from ..encoders.openvino import OpenVinoEncoder
-
-    return OpenVinoEncoder(model, threads=threads, gate="ignore")  # this is the gate being measured
+def _encoder(name: str) -> Callable[[Path, int], object]:
+    """(model path, threads) → the node's encoder of backend `name`, built by the backend table's row."""
+    row = backends.get(name)
+    # gate "ignore": this is the gate being measured
+    return lambda model, threads: row.build(Path(model), EncoderOptions(threads=threads, gate="ignore"))
 
 
-#: Runtimes that can run our ONNX files on a CPU (the backend table's names), in the order the report
-#: lists them: name → (model path, threads) → the node's encoder for it.
-RUNTIMES: dict[str, Callable[[Path, int], object]] = {"onnxruntime": _onnxruntime, "openvino": _openvino}
+#: Runtimes that can run our ONNX files on a CPU (the backend table's `cpu_runtime` rows), in the order
+#: the report lists them (ONNX Runtime, the quantiser's own, first): name → (model path, threads) → encoder.
+RUNTIME_NAMES = tuple(sorted(backends.cpu_runtimes(), key=lambda name: name != "onnxruntime"))
+RUNTIMES: dict[str, Callable[[Path, int], object]] = {name: _encoder(name) for name in RUNTIME_NAMES}
 
 
 def installed_runtimes() -> list[str]:
-    """The runtimes of `RUNTIMES` that can run here (ONNX Runtime always)."""
-    from ..encoders.openvino import usable
-
-    return ["onnxruntime"] + (["openvino"] if usable()[0] else [])
+    """The runtimes of `RUNTIME_NAMES` usable here (the table's probes; ONNX Runtime always)."""
+    return [name for name in RUNTIME_NAMES if backends.get(name).usable()[0]]
 
 
 def embedder(runtime: str, model: Path, threads: int = 0, batch: int = 8) -> Embed:

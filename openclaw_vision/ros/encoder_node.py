@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import config as cfgmod
-from ..encoders import EncoderError, ImageEncoder, create_encoder
+from ..encoders import EncoderError, EncoderOptions, ImageEncoder, create_encoder
 from ..pipeline import FramePipeline
 from ..preprocess.encodings import FrameError
 from ..resources import default_model_path
@@ -139,6 +139,7 @@ class EncoderNode:
         self._intake = threading.Lock()
         self._accepting = True
         self._warn_fail = Throttle(cfg.log_throttle_period)
+        self.last_failure = ""  # the reason of the latest failed frame (/diagnostics)
         self._reconfigure_lock = threading.Lock()
         self.cameras = {
             spec.topic: Camera(
@@ -212,10 +213,12 @@ class EncoderNode:
             self._time(cam, "queue", taken - queued_at)  # waiting for the worker to finish the previous batch
         try:
             res = self.pipeline.run([frame for _, (frame, _, _) in batch])
-        except Exception as err:  # keep serving frames; the counters and log make it visible
+        except Exception as err:  # keep serving frames; the counters, log and diagnostics make it visible
             for cam in cams:
                 self._count(cam, "failed")
-            self._warn_fail(log.error, "encoding a frame failed (a batch of %d, each counted): %r", len(batch), err)
+            self.last_failure = str(err) if isinstance(err, EncoderError) else repr(err)
+            self._warn_fail(log.error, "encoding a frame failed (a batch of %d, each counted): %s", len(batch),
+                            self.last_failure)  # fmt: skip
             return
         for i, err in res.rejected.items():
             self._reject(cams[i], err)
@@ -228,6 +231,7 @@ class EncoderNode:
                 cam.features.publish(features_message(self.transport, header, res.model_id, res.vectors[row]))
             except Exception as err:
                 self._count(cam, "failed")
+                self.last_failure = repr(err)
                 self._warn_fail(log.error, "publishing features of %s failed: %r", cam.spec.topic, err)
                 continue
             self._time(cam, "publish", time.perf_counter() - t0)
@@ -268,6 +272,8 @@ class EncoderNode:
         values: dict[str, Any] = {k: st[k] for k in (*COUNTS, "lost", "backend", "precision", "model", "transport")}
         values["cameras"] = len(st["cameras"])
         values.update(stage_values(st["stages_ms"]))
+        values["last_failure"] = self.last_failure
+        values.update(getattr(self.encoder, "status", dict)())  # a remote backend's server state
         return values
 
     @staticmethod
@@ -350,6 +356,7 @@ class EncoderNode:
             self.publish_diagnostics()  # a last, complete count for whoever is listening
         except Exception:
             log.exception("final diagnostics failed")
+        getattr(self.encoder, "close", lambda: None)()  # e.g. triton's shared-memory region
 
 
 def image_subscription(cfg: cfgmod.EncoderConfig) -> tuple[str, str]:
@@ -362,7 +369,13 @@ def image_subscription(cfg: cfgmod.EncoderConfig) -> tuple[str, str]:
 def _build(cfg: cfgmod.EncoderConfig, transport: Transport) -> EncoderNode:
     camera_specs(cfg)  # a camera set that cannot work stops here, before a model is loaded
     model_path = cfg.model_path or str(default_model_path(cfg.model, cfg.precision))
-    return EncoderNode(cfg, transport, create_encoder(cfg.backend, model_path, cfg.threads, cfg.performance_hint))
+    return EncoderNode(cfg, transport, create_encoder(cfg.backend, model_path, options=encoder_options(cfg)))
+
+
+def encoder_options(cfg: cfgmod.EncoderConfig) -> EncoderOptions:
+    """The backend options of a node's configuration (the keys of EncoderOptions' fields)."""
+    keys = EncoderOptions.__dataclass_fields__
+    return EncoderOptions(**{k: v for k, v in cfg.as_dict().items() if k in keys})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from ..encoders import backends
+
 #: the default of every overriding argument: "not set, the parameters file decides"
 UNSET = ""
 
@@ -26,8 +28,9 @@ ENCODER_ARGUMENTS = {
     "image_topics": "several cameras in one node and one batch, e.g. '[/front/image_raw, /rear/image_raw/compressed]'",
     "features_topic": "VisualFeatures topic (the encoder's output, the VLM's input)",
     "model": "named CLIP architecture",
-    "backend": "auto | onnxruntime | tensorrt",
+    "backend": " | ".join(backends.choices()),
     "precision": "int8 | fp32 | fp16",
+    "triton_url": "backend triton: the server's gRPC HOST:PORT",
 }
 VLM_ARGUMENTS = {
     "llm": "tiny | tinyllama-1.1b | a Hugging Face Llama folder",
@@ -44,8 +47,9 @@ LABELS_ARGUMENTS = {
 #: tower must be of the encoder's model (its ids must match)
 VLM_SHARED = ("features_topic", "model")
 LABELS_SHARED = ("features_topic", "model")
-#: arguments taken as text whatever they look like ("yes" or "1" is a label, not a bool or an int)
-TEXT_ARGUMENTS = ("labels",)
+#: arguments taken as text whatever they look like ("yes" or "1" is a label, not a bool or an int; YAML 1.1
+#: reads a HOST:PORT such as "10:50" as the base-60 int 650)
+TEXT_ARGUMENTS = ("labels", "triton_url")
 
 
 def user_overrides(values: Mapping[str, str], names) -> dict[str, Any]:
