@@ -159,8 +159,10 @@ def test_two_nodes_share_one_server_and_its_batcher_merges_their_frames(server, 
 
     before = batches()
     test_t = CycloneTransport("test_two_nodes")
-    nodes = [start_node(tiny_model, port, f"encoder_{i}", f"/cam{i}/image_raw", f"/cam{i}/features") for i in (0, 1)]
+    nodes = []
     try:
+        for i in (0, 1):
+            nodes.append(start_node(tiny_model, port, f"encoder_{i}", f"/cam{i}/image_raw", f"/cam{i}/features"))
         inboxes = [Inbox(), Inbox()]
         for i, box in enumerate(inboxes):
             test_t.subscribe(f"/cam{i}/features", VISUAL_FEATURES, DEFAULT, box)
@@ -201,8 +203,9 @@ def test_a_server_killed_mid_stream_fails_frames_visibly_and_the_node_recovers(t
     port = free_port()
     servers = [serve(tiny_model, port, tmp_path / "serve.log").start()]
     test_t = CycloneTransport("test_outage")
-    node, node_t = start_node(tiny_model, port, "encoder_outage", triton_timeout=1.0)
+    node = node_t = None
     try:
+        node, node_t = start_node(tiny_model, port, "encoder_outage", triton_timeout=1.0)
         diags = Inbox()
         test_t.subscribe("/diagnostics", DIAGNOSTIC_ARRAY, DEFAULT, diags)
         cam = Camera(test_t, "/camera/image_raw")
@@ -248,8 +251,9 @@ def test_a_server_killed_mid_stream_fails_frames_visibly_and_the_node_recovers(t
     finally:
         for srv in servers:
             srv.stop()
-        node.stop()
-        node_t.close()
+        if node is not None:
+            node.stop()
+            node_t.close()
         test_t.close()
 
 
