@@ -200,6 +200,11 @@ class RclpyTransport:
                 values[key] = self.node.declare_parameter(key, default, descriptor(key, default, spec)).value
             except ParameterException as err:
                 raise ConfigError(f"parameter {key}: {err}") from None
+            if values[key] is None and isinstance(default, list):
+                # An empty array has no type on ROS: rclpy declares [] as a byte array, `ros2 param
+                # dump` writes it as `[]`, and rcl reads an empty YAML sequence back as not set.
+                # For a list-valued key, not set can only have meant the empty list.
+                values[key] = []
         self._declared = tuple(values)
         return values
 
