@@ -16,12 +16,28 @@ TRT_BINDINGS := 10=tensorrt-cu12-bindings==10.16.1.11 11=tensorrt-cu13-bindings=
 TRT_STAMP := $(VENV)/trt/.installed-$(shell echo $(TRT_BINDINGS) | sha1sum | cut -c1-10)
 # The llamacpp extra (llama-cpp-python, compiled from its sdist): the tests' tier, not the demo's.
 LLAMACPP_REQ := $(shell grep -A1 '^llamacpp =' setup.cfg | tail -1 | tr -d ' ')
-LLAMACPP_STAMP := $(VENV)/.llamacpp-$(shell echo $(LLAMACPP_REQ) | sha1sum | cut -c1-10)
+# How llama.cpp is compiled (issue 25):
+# - only what llama_cpp loads: libllama, libggml*, and llama-common (llama-cpp-python's CMakeLists
+#   FORCE-sets LLAMA_BUILD_COMMON ON: no -D turns it off). Not built: the multimodal library mtmd
+#   (LLAVA_BUILD; llama_cpp imports it only lazily, for llava chat formats we never use), llama.cpp's
+#   tests, tools, examples, server and unified app (OFF when not standalone; said here all the same).
+# - no AMX kernels: with -march=native (GGML_NATIVE) GCC defines __AMX_INT8__ on an AMX CPU and ggml
+#   compiles its AMX matmul, which dies with SIGILL (`tilezero` in a worker thread) on these Xeons.
+#   An explicit -mno-amx-* wins over -march=native in either order and leaves AVX-512/VNNI as they
+#   are; GCC accepts the flags on CPUs without AMX too, so one set of flags fits every x86-64 machine.
+LLAMACPP_NO_AMX := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
+LLAMACPP_CMAKE_ARGS := -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF \
+  -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
+  '-DCMAKE_C_FLAGS=$(LLAMACPP_NO_AMX)' '-DCMAKE_CXX_FLAGS=$(LLAMACPP_NO_AMX)'
 # llama.cpp compiles for the CPU it is built on (-march=native), and these machines change between
-# AVX2-only and AVX-512 VNNI: the built wheel is kept in a folder named by the CPU's vector features,
-# never in pip's shared wheel cache, so a wheel is only ever installed on the kind of CPU it was built for.
+# AVX2-only, AVX-512 VNNI and AMX: the built wheel is kept in a folder named by the CPU's vector
+# features and a hash of what decides the code compiled (every target macro the compiler defines for
+# -march=native with these flags, and the CMake arguments), never in pip's shared wheel cache: a wheel
+# is only installed on the kind of CPU, and with the flags, it was built for; new flags, new wheel.
 LLAMACPP_ISA := $(shell grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -xE 'avx2|fma|f16c|avx512f|avx512bw|avx512vl|avx512_vnni|avx512_bf16|avx_vnni|amx_int8|amx_bf16' | sort | tr '\n' '-')
-LLAMACPP_WHEELS := $(HOME)/.cache/openclaw-vision/llamacpp-wheels/$(LLAMACPP_ISA)
+LLAMACPP_KEY := $(shell (echo | cc -march=native $(LLAMACPP_NO_AMX) -dM -E - | grep -E '^\#define __[A-Z0-9_]+__ 1$$' | sort; echo "$(LLAMACPP_REQ) $(LLAMACPP_CMAKE_ARGS)") | sha1sum | cut -c1-10)
+LLAMACPP_WHEELS := $(HOME)/.cache/openclaw-vision/llamacpp-wheels/$(LLAMACPP_ISA)$(LLAMACPP_KEY)
+LLAMACPP_STAMP := $(VENV)/.llamacpp-$(LLAMACPP_KEY)
 
 # `openclaw-vision serve` runs PyTriton in a venv of its own: its release pins numpy<2 (and returns
 # empty outputs under NumPy 2), the project's venv has NumPy 2. The `serve` extra of setup.cfg lists it;
@@ -34,7 +50,7 @@ SERVE_STAMP := $(SERVE_VENV)/.installed-$(shell sed -n '/^serve =/,/^[a-z]/p' se
 # Without any Humble it prints one line and the tier skips (under CI=true the tier then fails).
 ROS2_STAMP := $(VENV)/ros2/.prepared-$(shell cat package.xml requirements-humble.txt test/support/humble.py | sha1sum | cut -c1-10)
 
-.PHONY: setup demo test lint clean
+.PHONY: setup demo test lint clean llamacpp
 
 # open_clip_torch: its SimpleTokenizer is the tests' reference and its wheel holds CLIP's BPE merges
 # file (the tokenizer finds it there). --no-deps and pinned: with its dependencies it would pull
@@ -65,13 +81,17 @@ $(ROS2_STAMP): $(STAMP)
 
 setup: $(STAMP) $(TRT_STAMP) $(SERVE_STAMP) $(ROS2_STAMP)
 
-# Built once per CPU kind (a few minutes on 2 cores), then installed from that folder in seconds.
+# Built once per CPU kind and flags (about N min on 2 cores), then installed from that folder in seconds.
+# The wheel replaces whatever llama_cpp the venv had (an older build's wheel has the same version).
 $(LLAMACPP_STAMP): $(STAMP)
 	rm -f $(VENV)/.llamacpp-*
 	ls $(LLAMACPP_WHEELS)/llama_cpp_python-*.whl >/dev/null 2>&1 || \
-	  $(PY) -m pip wheel -q --no-cache-dir --no-deps -w $(LLAMACPP_WHEELS) '$(LLAMACPP_REQ)'
-	$(PY) -m pip install -q --find-links $(LLAMACPP_WHEELS) '$(LLAMACPP_REQ)'
+	  CMAKE_ARGS="$(LLAMACPP_CMAKE_ARGS)" $(PY) -m pip wheel -q --no-cache-dir --no-deps -w $(LLAMACPP_WHEELS) '$(LLAMACPP_REQ)'
+	$(PY) -m pip install -q --no-deps --force-reinstall $(LLAMACPP_WHEELS)/llama_cpp_python-*.whl
+	$(PY) -m pip install -q --find-links $(LLAMACPP_WHEELS) --only-binary llama-cpp-python '$(LLAMACPP_REQ)'
 	touch $@
+
+llamacpp: $(LLAMACPP_STAMP)
 
 demo: $(STAMP)
 	$(PY) -m openclaw_vision.cli demo --out out/demo

@@ -26,6 +26,7 @@ from .encoders import PERFORMANCE_HINTS, backends
 from .errors import OpenclawError
 from .models.configs import MODEL_CONFIGS
 from .ros.types import RELIABILITIES, TRANSPORTS
+from .vlm.pipeline import LLM_BACKENDS
 from .vlm.tokenizer import DEFAULT_SYSTEM
 
 #: image_transport's two plugins we read: raw Image, or its `compressed` CompressedImage sub-topic
@@ -143,7 +144,6 @@ class NodeConfig:
 
 
 VLM_BACKENDS = ("auto", "numpy", "cupy")
-LLM_BACKENDS = ("auto", "ours", "llamacpp")  # the VLM's language model: our decoder or llama.cpp (GGUF)
 PERIOD = {"minimum": 0.0, "above": True, "runtime": True}  # seconds, > 0, changes at run time
 
 

@@ -1,7 +1,9 @@
 """GGUF files (written here, tiny shape, each type) in our decoder (dequantised) and in llama.cpp.
 
 Tests that need llama.cpp skip with one line where llama-cpp-python is absent; `make test`
-installs it (the `llamacpp` extra), so CI runs them.
+installs it (the `llamacpp` extra), so CI runs them. They run it in this process only after its
+probe passed (vlm/probe.py: a child process decodes first, since a crash there would end pytest);
+a failed probe fails `test_the_installed_llamacpp_passes_its_probe` and skips the others with it.
 """
 
 from __future__ import annotations
@@ -18,7 +20,30 @@ from openclaw_vision.vlm.gguf import GgufError, gguf_params, gguf_tokenizer, rea
 from openclaw_vision.vlm.weights import random_params
 
 pytestmark = pytest.mark.vlm
-needs_llamacpp = pytest.mark.skipif(not llamacpp.available(), reason=llamacpp.INSTALL_HINT)
+
+
+def _usable() -> bool:
+    """llama.cpp is installed and passed its probe on this CPU (recorded in the session's data home)."""
+    from openclaw_vision.vlm.probe import verdict
+
+    return llamacpp.available() and verdict().ok
+
+
+@pytest.fixture()
+def probed_llamacpp() -> None:
+    from openclaw_vision.vlm.probe import verdict
+
+    v = verdict()
+    if not v.ok:
+        pytest.skip(v.reason)
+
+
+def needs_llamacpp(test):
+    """Skip where llama-cpp-python is absent; where its probe failed, skip with the probe's reason."""
+    return pytest.mark.skipif(not llamacpp.available(), reason=llamacpp.INSTALL_HINT)(
+        pytest.mark.usefixtures("probed_llamacpp")(test)
+    )
+
 
 # Row lengths divisible by 256 (the K-quants' block), GQA 4:2 as TinyLlama's 32:4 in spirit.
 CFG = LlamaConfig(vocab_size=512, hidden=256, intermediate=512, layers=2, heads=4, kv_heads=2, max_positions=256)
@@ -44,7 +69,7 @@ def files(tmp_path_factory):
     tok = build_default_tokenizer(d / "tok", CFG.vocab_size)
     params = _params()
     out = {q: write_gguf(d / f"tiny-{q}.gguf", CFG, params, tok, q) for q in ("F32", "F16", "Q8_0", "Q4_0")}
-    if llamacpp.available():
+    if _usable():
         out["Q4_K_M"] = llamacpp.quantize_gguf(out["F32"], d / "tiny-Q4_K_M.gguf", "Q4_K_M")
     return {"paths": out, "params": params, "tokenizer": tok, "dir": d}
 
@@ -151,9 +176,20 @@ def test_the_backend_choice(files, tmp_path):
     f32 = str(files["paths"]["F32"])
     assert pick_llm_backend("tiny", "auto")[0] == "ours"
     assert pick_llm_backend(f32, "ours")[0] == "ours"
-    assert pick_llm_backend(f32, "auto")[0] == ("llamacpp" if llamacpp.available() else "ours")
+    assert pick_llm_backend(f32, "auto")[0] == ("llamacpp" if _usable() else "ours")
     with pytest.raises(ValueError, match="runs GGUF files"):
         pick_llm_backend("tiny", "llamacpp")
+
+
+@pytest.mark.skipif(not llamacpp.available(), reason=llamacpp.INSTALL_HINT)
+def test_the_installed_llamacpp_passes_its_probe(data_home):
+    """The wheel `make test` built (no AMX kernels) runs here: its probe passes, once per data home."""
+    from openclaw_vision.vlm.probe import verdict
+
+    first = verdict()
+    assert first.ok and first.probed, first.reason
+    again = verdict()
+    assert again.ok and not again.probed and again.key == first.key
 
 
 @needs_llamacpp

@@ -237,13 +237,18 @@ def prefix_sharing(questions: int, llm: str) -> dict:
 
 
 def _gguf_part(quick: bool, real: str, stream_gbs: float) -> dict:
-    """The llama.cpp rows where llama-cpp-python is installed; otherwise a line saying why they are absent."""
+    """The llama.cpp rows where llama-cpp-python is installed and passed its probe (vlm/probe.py: on some CPUs
+    it would kill this process); otherwise a line saying why they are absent."""
     import tempfile
 
     from ..vlm import llamacpp
+    from ..vlm.probe import verdict
 
     if not llamacpp.available():
         return {"vlm_gguf": {"skipped": llamacpp.INSTALL_HINT}}
+    probe = verdict()
+    if not probe.ok:
+        return {"vlm_gguf": {"skipped": probe.reason}}
     with tempfile.TemporaryDirectory(prefix="openclaw-gguf-") as tmp:
         return run_gguf(real, stream_gbs, 1 if quick else 3, 64 if quick else 128, 6 if quick else 16, tmp)
 

@@ -238,7 +238,6 @@ def build_pipeline(cfg: cfgmod.VlmConfig):
         Path(cfg.projector) if cfg.projector else None, cfg.seed, xp, llm_backend=cfg.llm_backend,
         n_ctx=cfg.kv_blocks * cfg.block_size,
     )  # fmt: skip
-    log.info("llm backend %s (%s)", model.backend, model.backend_reason)
     sampling = Sampling(cfg.temperature, cfg.top_p, cfg.seed)
     return VlmPipeline(model, cfg.kv_blocks, cfg.block_size, sampling, cfg.max_new_tokens, cfg.system_prompt)
 

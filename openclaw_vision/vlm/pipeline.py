@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
@@ -30,6 +31,8 @@ from .projector import Projector, ProjectorConfig, projector_shapes, random_proj
 from .sampling import Sampler, Sampling
 from .tokenizer import DEFAULT_SYSTEM, ChatTokenizer, build_default_tokenizer
 from .weights import llm_shapes, load_hf_llama, load_projector, place, random_params, validate
+
+log = logging.getLogger("vlm")
 
 
 @dataclass
@@ -52,11 +55,21 @@ def _digest(path: Path) -> str:
     return h.hexdigest()[:12]
 
 
+LLM_BACKENDS = ("auto", "ours", "llamacpp")  # the VLM's language model: our decoder or llama.cpp (GGUF)
+FALLBACK = "auto: fell back to ours"  # how a reason starts when auto passed over a llama.cpp that failed its probe
+
+
 def pick_llm_backend(llm: str, requested: str = "auto") -> tuple[str, str]:
-    """(backend, reason): auto takes llamacpp when it is installed and the model is a GGUF file."""
-    from ..config import LLM_BACKENDS
+    """(backend, reason): auto takes llamacpp for a GGUF file where it is installed and passed its probe.
+
+    llama.cpp is native code that can kill the process on some CPUs (vlm/probe.py): before it is
+    chosen, its recorded verdict for this CPU kind and build is read (the first time, a child
+    process makes it). A failed probe makes auto fall back to ours (the reason says why) and an
+    explicit llamacpp an error (LlamaCppUnusable, a ValueError: the node and `ask` exit 2 with it).
+    """
     from . import llamacpp
     from .gguf import is_gguf
+    from .probe import LlamaCppUnusable, verdict
 
     if requested not in LLM_BACKENDS:
         raise ValueError(f"llm_backend {requested!r}; choose one of {', '.join(LLM_BACKENDS)}")
@@ -66,14 +79,21 @@ def pick_llm_backend(llm: str, requested: str = "auto") -> tuple[str, str]:
             raise ValueError(f"llm_backend llamacpp runs GGUF files; {llm!r} is not one")
         if not llamacpp.available():
             raise ValueError(llamacpp.INSTALL_HINT)
+        probe = verdict()
+        if not probe.ok:
+            raise LlamaCppUnusable(f"llm_backend llamacpp: {probe.reason}; use llm_backend ours (or auto, which "
+                                   "falls back to ours)")  # fmt: skip
         return "llamacpp", "asked for"
     if requested == "ours":
         return "ours", "asked for" + (" (GGUF dequantised to float32 at load)" if gguf else "")
-    if gguf and llamacpp.available():
-        return "llamacpp", "auto: a GGUF file and llama.cpp is installed"
-    if gguf:
+    if not gguf:
+        return "ours", "auto: not a GGUF file"
+    if not llamacpp.available():
         return "ours", "auto: a GGUF file but llama-cpp-python is not installed (dequantised to float32)"
-    return "ours", "auto: not a GGUF file"
+    probe = verdict()
+    if not probe.ok:
+        return "ours", f"{FALLBACK}: {probe.reason} (GGUF dequantised to float32)"
+    return "llamacpp", "auto: a GGUF file and llama.cpp is installed"
 
 
 def load_vlm(
@@ -140,6 +160,8 @@ def load_vlm(
         placed = place(params, xp, dtype)
         validate(placed, llm_shapes(cfg) | projector_shapes(proj_cfg), xp, dtype)
         decoder = LlamaDecoder(cfg, placed, xp, dtype)
+    # the choice's one log line, for every caller (node, ask, bench); a fallback is a warning
+    log.log(logging.WARNING if reason.startswith(FALLBACK) else logging.INFO, "llm backend %s (%s)", backend, reason)
     return VlmModel(cfg, proj_cfg, decoder, Projector(proj_cfg, placed, xp), tok, model_id, xp, backend, reason)
 
 
