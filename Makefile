@@ -17,15 +17,17 @@ TRT_STAMP := $(VENV)/trt/.installed-$(shell echo $(TRT_BINDINGS) | sha1sum | cut
 # The llamacpp extra (llama-cpp-python, compiled from its sdist): the tests' tier, not the demo's.
 LLAMACPP_REQ := $(shell grep -A1 '^llamacpp =' setup.cfg | tail -1 | tr -d ' ')
 # How llama.cpp is compiled (issue 25):
-# - only what llama_cpp loads: libllama, libggml*, and llama-common (llama-cpp-python's CMakeLists
-#   FORCE-sets LLAMA_BUILD_COMMON ON: no -D turns it off). Not built: the multimodal library mtmd
+# - only what llama_cpp loads: libllama and libggml* (and llama.cpp's `common` library, compiled but
+#   not shipped: llama-cpp-python's CMakeLists FORCE-sets LLAMA_BUILD_COMMON ON, no -D turns it off
+#   short of patching the sdist). Not built: the multimodal library mtmd
 #   (LLAVA_BUILD; llama_cpp imports it only lazily, for llava chat formats we never use), llama.cpp's
 #   tests, tools, examples, server and unified app (OFF when not standalone; said here all the same).
 # - no AMX kernels: with -march=native (GGML_NATIVE) GCC defines __AMX_INT8__ on an AMX CPU and ggml
 #   compiles its AMX matmul, which dies with SIGILL (`tilezero` in a worker thread) on these Xeons.
 #   An explicit -mno-amx-* wins over -march=native in either order and leaves AVX-512/VNNI as they
 #   are; GCC accepts the flags on CPUs without AMX too, so one set of flags fits every x86-64 machine.
-LLAMACPP_NO_AMX := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
+#   A compiler that does not know the flags (GCC < 11, or not x86) cannot emit AMX code: none are given.
+LLAMACPP_NO_AMX := $(shell echo | cc -mno-amx-tile -mno-amx-int8 -mno-amx-bf16 -E - >/dev/null 2>&1 && echo -mno-amx-tile -mno-amx-int8 -mno-amx-bf16)
 LLAMACPP_CMAKE_ARGS := -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF \
   -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
   '-DCMAKE_C_FLAGS=$(LLAMACPP_NO_AMX)' '-DCMAKE_CXX_FLAGS=$(LLAMACPP_NO_AMX)'
@@ -81,7 +83,8 @@ $(ROS2_STAMP): $(STAMP)
 
 setup: $(STAMP) $(TRT_STAMP) $(SERVE_STAMP) $(ROS2_STAMP)
 
-# Built once per CPU kind and flags (about N min on 2 cores), then installed from that folder in seconds.
+# Built once per CPU kind and flags (6.4 min on 2 cores, measured: the full build with mtmd took longer),
+# then installed from that folder in seconds. `make llamacpp` alone builds and installs it.
 # The wheel replaces whatever llama_cpp the venv had (an older build's wheel has the same version).
 $(LLAMACPP_STAMP): $(STAMP)
 	rm -f $(VENV)/.llamacpp-*

@@ -15,7 +15,10 @@ last position's logits). Here:
   for logits.
 - The KV cache is float32, like ours, so F32 files agree with our decoder to float rounding.
 
-llama.cpp is optional (`pip install '.[llamacpp]'`); `available()` says whether it is importable.
+llama.cpp is optional (`make llamacpp`, or `pip install '.[llamacpp]'`); `available()` says whether
+it is importable. Importable is not usable: native code compiled for this CPU can kill the process
+(ggml's AMX path dies with SIGILL on AMX Xeons), so nothing here runs until `probe.verdict()` has
+passed it in a child process (the backend choice in pipeline.py asks, and the tests and bench do).
 """
 
 from __future__ import annotations
@@ -32,7 +35,10 @@ from .gguf import GgufModel, read_gguf
 from .kv_cache import BlockManager, OutOfBlocks
 
 log = logging.getLogger("llamacpp")
-INSTALL_HINT = "llama-cpp-python is not installed: pip install 'openclaw_vision[llamacpp]' (compiles llama.cpp, ~3 min)"
+INSTALL_HINT = (
+    "llama-cpp-python is not installed: `make llamacpp` (compiles llama.cpp for this CPU without its AMX "
+    "kernels, ~6 min on 2 cores)"
+)
 
 
 def available() -> bool:

@@ -6,8 +6,10 @@ SIGILL in a worker thread; Python cannot catch that). A VLM node that loaded it 
 with no message. So before anything in this process touches llama.cpp's compute, a child process
 runs a short prompt and a one-token decode on tiny GGUF files of each format we load (F32, F16,
 Q8_0, Q4_0, and Q4_K_M from llama.cpp's own quantiser) through the same decoder the node uses. The
-prompt is several tokens long on purpose: ggml's AMX kernels run only for matrix products of more
-than one row (a decode step of one token takes the AVX-512 path).
+prompt is 40 tokens long on purpose: ggml's AMX tile kernels run only for matrix products of more
+than one row (a decode step of one token takes its AVX-512 VNNI kernel), in blocks of 32 rows.
+Measured with an AMX build on an AMX Xeon: Q8_0, Q4_0 and Q4_K_M died with SIGILL on every prompt
+of 8 tokens or more (1 or 2 threads) and ran one token at a time; F32 and F16 ran.
 
 The verdict is kept in the data home (`probes/llamacpp.json`), keyed by what decides it: the CPU's
 vector features, llama-cpp-python's version and the size and mtime of each native library in its
@@ -44,7 +46,7 @@ log = logging.getLogger("vlm")
 PROBE_TIMEOUT_S = 300.0  # a tiny model; minutes only on a machine loaded with other work
 RECORD = Path("probes") / "llamacpp.json"
 FORMATS = ("F32", "F16", "Q8_0", "Q4_0", "Q4_K_M")  # Q4_K_M: llama.cpp's quantiser (gguf-py writes the others)
-PROMPT_TOKENS = 8  # > 1: the AMX path (and any other batched-GEMM kernel) runs only for more than one row
+PROMPT_TOKENS = 40  # > 1 row: the AMX tiles (and any other batched-GEMM kernel) run only for more; > 32: two blocks
 _VECTOR_FLAG = re.compile(r"^(sse|ssse|avx|amx|fma|f16c|bmi|vpclmul|gfni|vaes|sha_ni|asimd|sve|neon)")
 
 
@@ -74,11 +76,8 @@ def library_root() -> Path | None:
 
 def identity(root: Path) -> dict:
     """What decides whether the library at `root` runs here: CPU features, version, its native libraries."""
-    version = next(
-        (d.version for d in importlib.metadata.distributions(path=[str(root)])
-         if (d.metadata["Name"] or "").lower().replace("_", "-") == "llama-cpp-python"),
-        "unknown",
-    )  # fmt: skip
+    version = next((d.version for d in importlib.metadata.distributions(name="llama-cpp-python", path=[str(root)])),
+                   "unknown")  # fmt: skip
     libs = {}
     lib_dir = root / "llama_cpp" / "lib"
     for f in sorted(lib_dir.glob("*")) if lib_dir.is_dir() else []:
