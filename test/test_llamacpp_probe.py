@@ -67,7 +67,7 @@ def standin_installed(standin, monkeypatch) -> Path:
 def test_a_crash_is_recorded_once_with_how_it_ended(standin, data_home):
     first = probe.verdict(standin)
     assert (first.ok, first.how, first.probed) == (False, "killed by SIGILL", True)
-    assert "a one-token decode in a child process was killed by SIGILL" in first.reason
+    assert "a 40-token prompt and a one-token decode in a child process): killed by SIGILL" in first.reason
     assert str(data_home / "probes" / "llamacpp.json") in first.reason  # says where, so a user can retry
     assert _decodes(standin) == 1
     again = probe.verdict(standin)  # a later start reads the record: no second probe
@@ -114,8 +114,9 @@ def test_auto_falls_back_to_ours_with_one_log_line_and_an_explicit_llamacpp_is_r
     assert said[0].getMessage().startswith("llm backend ours (auto: fell back to ours: llama.cpp failed its probe")
     with pytest.raises(probe.LlamaCppUnusable) as refused:
         pick_llm_backend(str(gguf_file), "llamacpp")
-    assert str(refused.value).startswith("llm_backend llamacpp: llama.cpp failed its probe on this CPU: a one-token "
-                                         "decode in a child process was killed by SIGILL")  # fmt: skip
+    said_refused = str(refused.value)
+    assert said_refused.startswith("llm_backend llamacpp: llama.cpp failed its probe on this CPU (a 40-token prompt "
+                                   "and a one-token decode in a child process): killed by SIGILL")  # fmt: skip
     assert _decodes(standin_installed) == 1  # probed once, for both choices
 
 
@@ -156,6 +157,6 @@ def test_the_vlm_node_never_dies_of_a_crashing_llamacpp(standin, data_home, gguf
     with _vlm_node([*args, "--llm-backend", "llamacpp"], tmp_path / "explicit.log", standin) as node:
         assert node.wait(120) == 2, node.log_text()
         text = node.log_text()
-    assert ("cannot load the VLM: llm_backend llamacpp: llama.cpp failed its probe on this CPU: a one-token decode "
-            "in a child process was killed by SIGILL") in text  # fmt: skip
+    assert ("cannot load the VLM: llm_backend llamacpp: llama.cpp failed its probe on this CPU (a 40-token prompt and "
+            "a one-token decode in a child process): killed by SIGILL") in text  # fmt: skip
     assert _decodes(standin) == 1  # the recorded verdict, not a third probe

@@ -117,8 +117,8 @@ class Verdict:
         said = f": {last[0][:200]}" if last else ""
         if self.how == "timed out":
             return f"llama.cpp's probe timed out (not recorded: the next start probes again){said}"
-        return (f"llama.cpp failed its probe on this CPU: a one-token decode in a child process was {self.how}"
-                f"{said} (recorded in {self.record}; delete it to probe again)")  # fmt: skip
+        return (f"llama.cpp failed its probe on this CPU (a {PROMPT_TOKENS}-token prompt and a one-token decode in a "
+                f"child process): {self.how}{said} (recorded in {self.record}; delete it to probe again)")  # fmt: skip
 
 
 def _read(path: Path) -> dict:
@@ -164,7 +164,7 @@ def verdict(root: Path | None = None, timeout: float = PROBE_TIMEOUT_S) -> Verdi
 def _probe(root: Path, ident: dict, key: str, path: Path, timeout: float) -> Verdict:
     from .. import children
 
-    log.info("llama.cpp %s at %s: first use on this CPU kind, probing it in a child process",
+    log.info("llama.cpp %s at %s: first use of this build on this CPU kind, probing it in a child process",
              ident["llama_cpp"], root)  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="openclaw-llamacpp-probe-") as work:  # removed even if the child died
         done = children.run(children.python("-m", __name__, work, str(root)), timeout=timeout)
