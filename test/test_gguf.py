@@ -192,6 +192,33 @@ def test_the_installed_llamacpp_passes_its_probe(data_home):
     assert again.ok and not again.probed and again.key == first.key
 
 
+# llama.cpp's ISA classes, lowest first: (this CPU's /proc/cpuinfo flag, llama.cpp's system-info name). Its kernels
+# are fixed when it is compiled (-march=native): no run-time switch holds it to a lower class, as ONEDNN_MAX_CPU_ISA
+# does for OpenVINO. So the tests above run at the highest class this CPU has, and the others are skips saying why.
+LLAMACPP_ISAS = {"AVX2": ("avx2", "AVX2"), "AVX512_VNNI": ("avx512_vnni", "AVX512_VNNI")}
+
+
+@needs_llamacpp
+@pytest.mark.parametrize("isa", [*LLAMACPP_ISAS, "AMX"])
+def test_llamacpp_is_compiled_for_this_cpus_isa_without_amx(isa):
+    """The installed build runs this CPU's highest vector class (AVX2 or AVX-512 VNNI) and never AMX on any
+    CPU (`make llamacpp`'s -mno-amx-*: ggml's AMX path dies with SIGILL on AMX Xeons)."""
+    from openclaw_vision.vlm.probe import cpu_features
+
+    system_info = llamacpp._lib().llama_print_system_info().decode()
+    if isa == "AMX":
+        assert "AMX_INT8 = 1" not in system_info, f"built with ggml's AMX kernels: {system_info}"
+        return
+    flags = cpu_features().split()
+    have = [c for c, (flag, _) in LLAMACPP_ISAS.items() if flag in flags]
+    if isa not in have:
+        pytest.skip(f"this CPU has no {isa}")
+    if isa != have[-1]:
+        pytest.skip(f"{isa} not forced: llama.cpp's kernels are fixed at compile time (-march=native), "
+                    f"it runs this CPU's {have[-1]}")  # fmt: skip
+    assert f"{LLAMACPP_ISAS[isa][1]} = 1" in system_info, system_info
+
+
 @needs_llamacpp
 @pytest.mark.parametrize("qtype", ["F32", "F16", "Q8_0", "Q4_0", "Q4_K_M"])
 def test_llamacpp_and_ours_agree_on_the_same_file(files, qtype):
