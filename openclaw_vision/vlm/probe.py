@@ -170,8 +170,12 @@ def _probe(root: Path, ident: dict, key: str, path: Path, timeout: float) -> Ver
         done = children.run(children.python("-m", __name__, work, str(root)), timeout=timeout)
     v = Verdict(done.ok, done.how, key, str(path), "" if done.ok else done.tail(8), probed=True)
     if not done.timed_out:
-        _write(path, key, {"ok": v.ok, "how": v.how, "detail": v.detail, "identity": ident,
-                           "probed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "seconds": done.seconds})  # fmt: skip
+        entry = {"ok": v.ok, "how": v.how, "detail": v.detail, "identity": ident,
+                 "probed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "seconds": done.seconds}  # fmt: skip
+        try:
+            _write(path, key, entry)
+        except OSError as err:  # a read-only data home: the verdict still holds for this start
+            log.warning("could not record llama.cpp's probe verdict in %s (%s): the next start probes again", path, err)
     return v
 
 
