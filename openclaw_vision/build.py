@@ -89,6 +89,7 @@ def ensure_int8(model: str, calib: Path | None = None, fp32_path: Path | None = 
             out=path,
             sensitivity=False,
             measure_memory=False,
+            report=report,
         ),
         frames=frames,
     )

@@ -96,8 +96,8 @@ def _terminate_as_exit():
 def cmd_quantize(args: argparse.Namespace) -> int:
     from .build import ensure_fp32, ensure_gate_text, int8_path_for
     from .errors import OpenclawError
+    from .gate import GateSpec
     from .models.configs import canonical_name
-    from .quant.evaluate import GateSpec
     from .quant.pipeline import QuantOptions, quantize
     from .quant.report import write
 
@@ -129,6 +129,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
             measure_memory=not args.no_memory,
             text_model=args.text_model,
             text=not args.no_text,
+            report=args.report,
         )
         with _terminate_as_exit():
             result = quantize(opts)
@@ -336,7 +337,7 @@ def cmd_triton_repo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .quant.evaluate import GateSpec
+    from .gate import GateSpec
 
     parser = argparse.ArgumentParser(prog="openclaw-vision", description=__doc__)
     parser.add_argument("--log-level", default="INFO")

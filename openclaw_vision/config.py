@@ -22,7 +22,9 @@ from typing import Any
 
 import yaml
 
+from . import gate
 from .encoders import PERFORMANCE_HINTS, backends
+from .encoders.options import GATE_AUTO, EncoderOptions
 from .errors import OpenclawError
 from .models.configs import MODEL_CONFIGS
 from .ros.types import RELIABILITIES, TRANSPORTS
@@ -145,6 +147,7 @@ class NodeConfig:
 VLM_BACKENDS = ("auto", "numpy", "cupy")
 LLM_BACKENDS = ("auto", "ours", "llamacpp")  # the VLM's language model: our decoder or llama.cpp (GGUF)
 PERIOD = {"minimum": 0.0, "above": True, "runtime": True}  # seconds, > 0, changes at run time
+_OPTS = EncoderOptions()  # the backend options' defaults: the encoder's keys of the same names start from them
 
 
 @dataclass(frozen=True)
@@ -166,10 +169,16 @@ class EncoderConfig(NodeConfig):
         "int8", "int8: the gated Q/DQ model (openclaw-vision quantize); fp32 or fp16 on request",
         choices=("fp32", "fp16", "int8"),
     )  # fmt: skip
-    threads: int = param(0, "inference threads, 0 = one per core", minimum=0)
+    threads: int = param(_OPTS.threads, "inference threads, 0 = one per core", minimum=0)
     performance_hint: str = param(
-        "latency", "OpenVINO's PERFORMANCE_HINT: latency (one frame at a time, the node's case) or throughput",
+        _OPTS.performance_hint,
+        "OpenVINO's PERFORMANCE_HINT: latency (one frame at a time, the node's case) or throughput",
         choices=PERFORMANCE_HINTS,
+    )  # fmt: skip
+    gate: str = param(
+        _OPTS.gate, "INT8 accuracy gate: require = run only where it passed on this runtime and CPU; warn = also "
+        "run unmeasured ones; auto = require under backend auto, else warn",
+        choices=(GATE_AUTO, *(p for p in gate.POLICIES if p != "ignore")),
     )  # fmt: skip
     reliability: str = param("best_effort", "image subscription QoS (best_effort = sensor data)", choices=RELIABILITIES)
     depth: int = param(5, "image subscription history depth (re-subscribes when changed)", minimum=1, runtime=True)
@@ -180,15 +189,20 @@ class EncoderConfig(NodeConfig):
         "raw", "raw: sensor_msgs/Image on image_topic; compressed: CompressedImage on <image_topic>/compressed",
         choices=IMAGE_TRANSPORTS,
     )  # fmt: skip
-    triton_url: str = param("127.0.0.1:8001", "backend triton: the server's gRPC HOST:PORT")
-    triton_model: str = param("", "backend triton: model name on the server; empty: <model>_<precision>")
-    triton_model_version: str = param("", "backend triton: model version; empty: the server's latest")
+    triton_url: str = param(_OPTS.triton_url, "backend triton: the server's gRPC HOST:PORT")
+    triton_model: str = param(
+        _OPTS.triton_model, "backend triton: model name on the server; empty: <model>_<precision>"
+    )  # fmt: skip
+    triton_model_version: str = param(
+        _OPTS.triton_model_version, "backend triton: model version; empty: the server's latest"
+    )  # fmt: skip
     triton_shared_memory: str = param(
-        "auto", "backend triton: auto = system shared memory when the server is on this host; off = pixels over gRPC",
+        _OPTS.triton_shared_memory,
+        "backend triton: auto = system shared memory when the server is on this host; off = pixels over gRPC",
         choices=("auto", "off"),
     )  # fmt: skip
-    triton_timeout: float = param(2.0, "backend triton: seconds one request may take before its frame fails",
-                                  minimum=0.0, above=True)  # fmt: skip
+    triton_timeout: float = param(_OPTS.triton_timeout, "backend triton: seconds one request may take before its "
+                                  "frame fails", minimum=0.0, above=True)  # fmt: skip
 
     def validate(self) -> EncoderConfig:
         for key in ("image_topic", "features_topic"):

@@ -80,7 +80,7 @@ def _gate_of(model_path: Path) -> dict | None:
 
 
 def format_summary(s: dict) -> str:
-    from .quant.evaluate import gate_summary
+    from .gate import gate_summary
 
     lat, st = s["latency_ms"], s["stages_ms"]
     lines = [

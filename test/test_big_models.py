@@ -24,6 +24,7 @@ from safetensors.torch import save_file
 
 from openclaw_vision.encoders import EncoderError
 from openclaw_vision.encoders.onnxruntime import OnnxRuntimeEncoder, session_options
+from openclaw_vision.gate import GateSpec
 from openclaw_vision.models import export as export_mod
 from openclaw_vision.models import onnx_files
 from openclaw_vision.models.checkpoint import load_into
@@ -32,7 +33,7 @@ from openclaw_vision.models.export import ExportCheckError, export_model, finish
 from openclaw_vision.models.vit import VisionTransformer
 from openclaw_vision.quant import calibrate, sensitivity
 from openclaw_vision.quant.calibrate import Range
-from openclaw_vision.quant.evaluate import Evaluator, GateSpec, worst
+from openclaw_vision.quant.evaluate import Evaluator, worst
 from openclaw_vision.quant.graph import quantisable_layers
 from openclaw_vision.quant.qdq import activation_qparams, build_probe_model, probe_outputs, quantise_weight
 

@@ -620,7 +620,10 @@ class _FakeEncoder:
     model_id, embed_dim, image_size, precision = "fake", 32, 224, "fp16"
 
     def __init__(self, backend):
+        from openclaw_vision.encoders.base import ModelInfo
+
         self.backend = backend
+        self.info = ModelInfo(self.model_id, self.precision, self.image_size, self.embed_dim)
 
 
 def test_auto_probes_do_not_import_torch_without_a_gpu():

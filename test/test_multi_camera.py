@@ -22,11 +22,11 @@ from dds_helpers import Inbox, wait_until
 
 from openclaw_vision.config import ConfigError, EncoderConfig, from_sources
 from openclaw_vision.encoders.onnxruntime import OnnxRuntimeEncoder
+from openclaw_vision.gate import GateSpec
 from openclaw_vision.pipeline import FramePipeline
 from openclaw_vision.preprocess.compressed import CompressedFrame
 from openclaw_vision.preprocess.encodings import FrameError
 from openclaw_vision.preprocess.frame import Frame
-from openclaw_vision.quant.evaluate import GateSpec
 from openclaw_vision.ros.encoder_node import camera_specs
 from openclaw_vision.sample_frames import compress_rgb, convert_rgb, pan_frames
 
@@ -62,7 +62,7 @@ def _encoders(tiny_model, int8_model):
         ("onnxruntime fp32", OnnxRuntimeEncoder(tiny_model, threads=1), 0.99999),
         ("openvino fp32", OpenVinoEncoder(tiny_model, threads=1), 0.99999),
         ("onnxruntime int8", OnnxRuntimeEncoder(int8_model, threads=1), GateSpec().min_cosine),
-        ("openvino int8", OpenVinoEncoder(int8_model, threads=1, gate="ignore"), GateSpec().min_cosine),
+        ("openvino int8", OpenVinoEncoder(int8_model, threads=1), GateSpec().min_cosine),
     ]
 
 

@@ -387,8 +387,9 @@ def _pair_labels(v: np.ndarray, u: np.ndarray, fp32_margin: float) -> tuple[np.n
 def test_zero_shot_ties_are_judged_by_the_fp32_margin_on_both_kernel_paths(int8_pair, tiny_text_model, exact_u8s8):
     """Each verdict on the real INT8 error of one kernel path: ORT's exact U8U8 kernels (the node's) and its
     default U8S8 ones (which saturate on AVX2-only CPUs; on VNNI both are exact and agree)."""
+    from openclaw_vision.gate import GateSpec
+    from openclaw_vision.numerics import top1_agreement
     from openclaw_vision.quant import crossmodal
-    from openclaw_vision.quant.evaluate import GateSpec, top1_agreement
 
     _, ref, _ = int8_pair
     rows = _kernel_path_rows(int8_pair, exact_u8s8)

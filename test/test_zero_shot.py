@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from openclaw_vision.gate import GateSpec
 from openclaw_vision.quant import crossmodal
-from openclaw_vision.quant.evaluate import GateSpec, compare, worst
+from openclaw_vision.quant.evaluate import compare, worst
 from openclaw_vision.text.encoder import TextEncoder
 from openclaw_vision.text.zero_shot import (
     LabelError,
@@ -148,7 +149,7 @@ def _frames(*cosines: list[float]) -> np.ndarray:
 
 def test_the_zero_shot_term_judges_ties_by_the_fp32_margin():
     """A frame agrees when INT8 picks FP32's label, or another one FP32 scored within INT8's perturbation of
-    the frame's other labels (the tie rule, `evaluate.top1_agreement`)."""
+    the frame's other labels (the tie rule, `numerics.top1_agreement`)."""
     text = crossmodal.TextReference(("a", "b", "c", "d", "e"), np.eye(5, 8), 100.0, "m@1", path="")
     cases = {  # FP32 cosines with a..e, INT8 cosines, agreement
         "exact tie": ([0.5, 0.5, 0.1, 0.2, 0.3], [0.499, 0.501, 0.1005, 0.1995, 0.3], 1.0),

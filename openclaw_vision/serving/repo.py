@@ -33,6 +33,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import gate
 from ..encoders.base import DEFAULT_MAX_BATCH, ModelInfo
 from ..encoders.triton import model_name, model_parameters, read_local_info
 from ..errors import OpenclawError
@@ -129,13 +130,15 @@ def _place(src: Path, dst: Path) -> None:
 
 
 def gate_verdict(info: ModelInfo, runtime: str) -> str | None:
-    """None if `info`'s model may be served by `runtime`; else why not (an INT8 gate not passed there)."""
+    """None if `info`'s model may be served by `runtime`; else why not (an INT8 gate not passed there).
+    The server's own machine may differ from the one that quantised it: the served model's verdict
+    travels in its parameters, and the node's gate judges that (encoders/gating.py)."""
     if info.precision != "int8":
         return None
-    gate = info.gate_on(runtime)
-    if gate is None:
+    verdict = gate.verdicts(info.metadata).get(runtime)
+    if verdict is None:
         return f"{info.model_id} (INT8) was not gated on {runtime}"
-    return None if gate.get("passed") else f"{info.model_id} (INT8) failed its accuracy gate on {runtime}"
+    return None if verdict.passed else f"{info.model_id} (INT8) failed its accuracy gate on {verdict.where()}"
 
 
 def find_engine(model: Path, cache_root: Path | None) -> tuple[Path, dict] | None:
@@ -169,13 +172,13 @@ def write_repo(models: list[Path], out: Path, runtimes: tuple[str, ...] = ("onnx
         inp, outp = io_of(path)
         if -1 in inp.dims:
             raise RepoError(f"{path}: input dims {inp.dims} are not static; Triton's batcher needs fixed pixels")
-        params = model_parameters(info)
         for rt in runtimes:
             name = folder_name(path, rt)
             why = gate_verdict(info, rt)
             if why:
                 skipped.append({"model": name, "why": why})
                 continue
+            params = model_parameters(info, rt)
             folder = out / name
             batch = min(max_batch, info.max_batch)  # a file with a static batch dimension allows no more
             if rt == "tensorrt":

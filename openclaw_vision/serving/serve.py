@@ -120,7 +120,8 @@ def serve(model_path: Path, address: str = "127.0.0.1:8001", backend: str = "aut
             config=ModelConfig(max_batch_size=max_batch, batcher=batcher),
             strict=True,
         )
-        _add_parameters(triton, name, model_parameters(info))
+        # the verdict the server's own gate ran this model by (a re-gate on this host's ISA included)
+        _add_parameters(triton, name, model_parameters(info, enc.backend, getattr(enc, "gate_verdict", None)))
         triton.run()  # starts the server and loads the model
         url = f"grpc://{host}:{port}"
         log.info("serving %s (%s, %s on %s) as model %r at %s", info.model_id, info.precision, enc.backend,
