@@ -23,7 +23,7 @@ from onnx import external_data_helper, numpy_helper
 from safetensors.torch import save_file
 
 from openclaw_vision.encoders import EncoderError
-from openclaw_vision.encoders.onnxruntime import OnnxRuntimeEncoder, session_options
+from openclaw_vision.encoders.onnxruntime import OnnxRuntimeEncoder
 from openclaw_vision.gate import GateSpec
 from openclaw_vision.models import export as export_mod
 from openclaw_vision.models import onnx_files
@@ -31,6 +31,7 @@ from openclaw_vision.models.checkpoint import load_into
 from openclaw_vision.models.configs import get_config
 from openclaw_vision.models.export import ExportCheckError, export_model, finish_export, torch_export
 from openclaw_vision.models.vit import VisionTransformer
+from openclaw_vision.ortsession import session_options
 from openclaw_vision.quant import calibrate, sensitivity
 from openclaw_vision.quant.calibrate import Range
 from openclaw_vision.quant.evaluate import Evaluator, worst
@@ -219,9 +220,9 @@ def test_the_probe_measures_each_layers_own_output_error(tiny_model):
 
 
 def test_local_sensitivity_finds_the_layer_reading_an_outlier_channel(tmp_path):
-    from openclaw_vision.encoders.onnxruntime import session
     from openclaw_vision.models.checkpoint import build_model
     from openclaw_vision.models.export import export_onnx
+    from openclaw_vision.ortsession import session
 
     model, model_id = build_model("tiny", seed=0)
     with torch.no_grad():

@@ -644,8 +644,8 @@ def test_torch_graph_runs_our_onnx_as_onnx_runtime_does(tiny_model, int8_model):
     import onnxruntime as ort
     import torch
 
-    from openclaw_vision.encoders.onnxruntime import session_options
     from openclaw_vision.encoders.torch_onnx import OnnxTorchGraph
+    from openclaw_vision.ortsession import session_options
 
     x = np.stack([CpuPreprocessor()(Frame.from_rgb(f)) for f in pan_frames(3, 640, 480)])
     for path, dtype, min_cos in [

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from onnx import numpy_helper
 
-from openclaw_vision.encoders.onnxruntime import session_options
+from openclaw_vision.ortsession import session_options
 from openclaw_vision.quant import calibrate
 from openclaw_vision.quant.calibrate import Range
 from openclaw_vision.quant.data import CalibrationDataError, load_frames, split
@@ -337,7 +337,7 @@ def test_default_output_goes_beside_the_given_fp32_model(tiny_model, sample_bag,
 @pytest.fixture(scope="module")
 def int8_pair(tiny_model):
     """The tiny tower all INT8 (ranges calibrated on the sample pan), its FP32 rows and the frames' pixels."""
-    from openclaw_vision.encoders.onnxruntime import session
+    from openclaw_vision.ortsession import session
     from openclaw_vision.preprocess.cpu import CpuPreprocessor
     from openclaw_vision.preprocess.frame import Frame
     from openclaw_vision.preprocess.spec import PreprocessSpec
@@ -354,7 +354,7 @@ def int8_pair(tiny_model):
 
 
 def _kernel_path_rows(int8_pair, exact_u8s8: bool) -> np.ndarray:
-    from openclaw_vision.encoders.onnxruntime import session
+    from openclaw_vision.ortsession import session
 
     blob, _, x = int8_pair
     out = session(blob, exact_u8s8=exact_u8s8).run(None, {"pixel_values": x})[0]

@@ -29,7 +29,7 @@ def ort_gemm_peak_gflops(n: int, repeats: int, threads: int = 0) -> float:
     """Best float32 MatMul rate of ONNX Runtime on the CPU, GFLOP/s."""
     from onnx import TensorProto, helper
 
-    from ..encoders.onnxruntime import session
+    from ..ortsession import session
 
     graph = helper.make_graph(
         [helper.make_node("MatMul", ["a", "b"], ["c"])],
@@ -115,7 +115,7 @@ def int8_gemm_call(runtime: str, n: int, threads: int = 0):
     x = np.random.default_rng(1).uniform(-4, 4, (n, n)).astype(np.float32)
     blob = qdq_matmul_model(n)
     if runtime == "onnxruntime":
-        from ..encoders.onnxruntime import session
+        from ..ortsession import session
 
         sess = session(blob, threads)
         return lambda: sess.run(None, {"a": x})

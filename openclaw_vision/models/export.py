@@ -246,7 +246,7 @@ def compare_onnx(
     path: Path, io: TowerIO, cases: list[CheckCase], refs: list[np.ndarray], min_cosine: float = 0.9999
 ) -> float:
     """Run ONNX Runtime on every case; the worst cosine against PyTorch's `refs` (raises below `min_cosine`)."""
-    from ..encoders.onnxruntime import session
+    from ..ortsession import session
 
     sess = session(path)
     worst = 1.0

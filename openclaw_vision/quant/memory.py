@@ -34,7 +34,7 @@ def measure_here(model: Path) -> dict[str, float]:
     import numpy as np
 
     base = _peak_mb()
-    from ..encoders.onnxruntime import session
+    from ..ortsession import session
 
     sess = session(model)
     inp = sess.get_inputs()[0]

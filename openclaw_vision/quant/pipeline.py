@@ -37,9 +37,9 @@ import numpy as np
 
 from .. import gate
 from ..encoders import gating
-from ..encoders.onnxruntime import session
 from ..gate import GATE_KEY, GateSpec, Metrics, gate_summary
 from ..models import onnx_files
+from ..ortsession import session
 from ..phases import PhaseLog
 from . import calibrate, crossmodal, data, memory, partition, sensitivity
 from .evaluate import Evaluator, embed, worst
