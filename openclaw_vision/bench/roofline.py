@@ -69,7 +69,7 @@ def run_roofline(model: str, images_per_s: float, quick: bool) -> dict:
 
 def int8_units() -> str:
     """The CPU's INT8 dot-product units, as the goal's 'VNNI peak' needs them named."""
-    from ..encoders.openvino import int8_dot_units
+    from ..cpu import int8_dot_units
 
     have = int8_dot_units()
     if have:
