@@ -110,15 +110,13 @@ class Evaluator:
     def by_runtime(self, model, spec: GateSpec, runtimes: list[str]) -> dict:
         """{runtime: verdict dict (gate.Verdict.as_dict: passed, worst metrics, the ISA class it was measured
         on, the bounds) + per_resolution} of `model` on each runtime: the per-runtime gate."""
-        from ..encoders import backends
+        from .runtimes import isa_record
 
         out = {}
         for rt in runtimes:
             per_res = self.score(model, rt)
             w = worst(per_res)
-            row = backends.get(rt)
-            verdict = gate.Verdict(rt, w.passes(spec), w.as_dict(), row.isa() if row.isa else None,
-                                   bounds=spec.as_dict())  # fmt: skip
+            verdict = gate.Verdict(rt, w.passes(spec), w.as_dict(), isa_record(rt), bounds=spec.as_dict())
             out[rt] = {**verdict.as_dict(), "per_resolution": {k: m.as_dict() for k, m in per_res.items()}}
             log.info("gate on %s: %s, %s", verdict.where(), "passed" if verdict.passed else "FAILED", w.as_dict())
         return out

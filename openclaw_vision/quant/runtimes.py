@@ -43,6 +43,13 @@ RUNTIME_NAMES = tuple(sorted(backends.cpu_runtimes(), key=lambda name: name != "
 RUNTIMES: dict[str, Callable[[Path, int], object]] = {name: _encoder(name) for name in RUNTIME_NAMES}
 
 
+def isa_record(runtime: str) -> dict | None:
+    """Where `runtime`'s verdict holds (the backend row's `isa`: the ISA class its kernels run at); None for
+    a runtime with no such row (a GPU's, or one a test added to RUNTIMES)."""
+    row = next((b for b in backends.TABLE if b.name == runtime), None)
+    return row.isa() if row is not None and row.isa else None
+
+
 def installed_runtimes() -> list[str]:
     """The runtimes of `RUNTIME_NAMES` usable here (the table's probes; ONNX Runtime always)."""
     return [name for name in RUNTIME_NAMES if backends.get(name).usable()[0]]
