@@ -56,7 +56,8 @@ from ..stats import Counters, LatestSlots, StageTimes
 from . import dds_config
 from .convert import compressed_to_frame, features_message, image_to_frame
 from .diagnostics import OK, WARN, diagnostic_array, stage_values
-from .runner import Throttle, every, node_main
+from .runner import every, node_main
+from .subscription import Throttle
 from .types import COMPRESSED_IMAGE, DEFAULT, DIAGNOSTIC_ARRAY, IMAGE, VISUAL_FEATURES, QoS, Transport
 
 log = logging.getLogger("encoder_node")
