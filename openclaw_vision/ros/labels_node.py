@@ -35,7 +35,7 @@ from ..stats import Counters, StageTimes
 from .diagnostics import OK, WARN, diagnostic_array, stage_values
 from .runner import every, node_main
 from .subscription import Throttle
-from .transport import DEFAULT, DIAGNOSTIC_ARRAY, STRING, VISUAL_FEATURES, QoS, Transport
+from .types import DEFAULT, DIAGNOSTIC_ARRAY, STRING, VISUAL_FEATURES, QoS, Transport
 
 log = logging.getLogger("labels_node")
 
