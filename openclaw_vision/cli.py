@@ -251,9 +251,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def add_replay_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--bag-topic", default=None, help="image topic to read from the bag (default: its first)")
+    p.add_argument("--bag-topic", default=None, help="image topic to read from the bag (default: its one camera)")
     p.add_argument("--image-topic", default=None, help="topic to publish on (default: the bag topic)")
-    p.add_argument("--features-topic", default="/visual_features")
+    p.add_argument("--features-topic", default=None, help="default: <camera>/visual_features or /visual_features")
     p.add_argument("--rate", type=float, default=1.0, help="1 = the bag's timing, 2 = twice as fast, 0 = flat out")
     p.add_argument("--lockstep", action="store_true", help="send the next frame only after this one's features")
     p.add_argument("--reliability", choices=("reliable", "best_effort"), default="reliable")
@@ -392,8 +392,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="ViT-B-32", help="model name; its FP32 export is built if missing")
     p.add_argument("--model-path", type=Path, default=None, help="an FP32 ONNX export to quantise instead")
     p.add_argument("--checkpoint", type=Path, default=None, help="weights for the FP32 export when it is built")
-    p.add_argument("--calib", type=Path, required=True, help="rosbag2 directory (any image topic) or image folder")
-    p.add_argument("--topic", default=None, help="image topic in the bag (default: its first)")
+    p.add_argument("--calib", type=Path, required=True, help="rosbag2 folder, .mcap or .db3 file, or image folder")
+    p.add_argument("--topic", default=None, help="image topic in the bag (default: its one camera)")
     p.add_argument("--limit", type=int, default=0, help="use the first N frames only")
     p.add_argument(
         "--max-frames", type=int, default=256, help="otherwise at most this many, spread over the recording (0: all)"
@@ -490,7 +490,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("ask", help="encoder + VLM in one process: answer a question about one frame of a bag")
     p.add_argument("question")
     p.add_argument("--bag", type=Path, required=True, help="rosbag2 with images (any image topic)")
-    p.add_argument("--topic", default=None, help="image topic (default: the bag's first)")
+    p.add_argument("--topic", default=None, help="image topic (default: the bag's one camera)")
     p.add_argument("--index", type=int, default=0, help="which frame of the bag (0 = first)")
     p.add_argument("--model", default="ViT-B-32", help="encoder model (its INT8 build is made if missing)")
     p.add_argument("--model-path", type=Path, default=None, help="an encoder ONNX file instead")

@@ -216,6 +216,19 @@ def test_calibration_frames_from_bag_and_image_folder(sample_bag, tmp_path):
     np.testing.assert_array_equal(imgs[1].pixels, frames[1].pixels[::4, ::4])
 
 
+def test_calibration_frames_from_a_single_bag_file(sample_bag, tmp_path):
+    """A .mcap file on its own (as other tools write them) is a bag, as bags.read_messages takes it."""
+    import shutil
+
+    [mcap] = sample_bag.glob("*.mcap")
+    alone = shutil.copy(mcap, tmp_path / "alone.mcap")
+    frames = load_frames(alone, limit=3)
+    assert [f.stamp_ns for f in frames] == [f.stamp_ns for f in load_frames(sample_bag, limit=3)]
+    (tmp_path / "notes.txt").write_text("not a bag")
+    with pytest.raises(CalibrationDataError, match=r"expected a rosbag2 folder, a \.mcap or \.db3 file, or a folder"):
+        load_frames(tmp_path / "notes.txt")
+
+
 def test_bad_calibration_sources_are_clear_errors(sample_bag, tmp_path):
     with pytest.raises(CalibrationDataError, match="no such bag or folder"):
         load_frames(tmp_path / "missing")

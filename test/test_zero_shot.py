@@ -102,6 +102,28 @@ def test_label_command_scores_every_frame_of_a_bag(tiny_model, tiny_text_model, 
     assert "the labels are noise; the pipeline is real" in res.stderr
 
 
+def test_label_reads_a_bag_file_and_names_the_cameras_when_it_cannot_choose(sample_bag, tmp_path):
+    """label's bag reading is bags.camera_source: a single .mcap file is a bag; two cameras and no --topic
+    is a clear error naming them."""
+    import shutil
+
+    from openclaw_vision import bags
+    from openclaw_vision.text.tools import ToolError, iter_bag_frames
+
+    [mcap] = sample_bag.glob("*.mcap")
+    alone = shutil.copy(mcap, tmp_path / "alone.mcap")
+    assert [f.stamp_ns for f in iter_bag_frames(alone, None, limit=2)] == [
+        f.stamp_ns for f in iter_bag_frames(sample_bag, None, limit=2)
+    ]
+    two = tmp_path / "two"
+    with bags.BagWriter(two) as bag:
+        for topic in ("/front/image_raw", "/rear/image_raw"):
+            bag.write(topic, bags.IMAGE_TYPE, 1, bags.serialize_image(np.zeros((4, 4, 3), np.uint8), "rgb8", 1))
+    with pytest.raises(ToolError, match=r"2 cameras \(/front/image_raw .*/rear/image_raw .*name the topic"):
+        list(iter_bag_frames(two, None))
+    assert len(list(iter_bag_frames(two, "/rear/image_raw"))) == 1
+
+
 def test_label_command_refuses_a_text_model_of_other_weights(tiny_text_model, sample_bag, tmp_path):
     from openclaw_vision.models.export import export_model
 

@@ -39,9 +39,13 @@ PLAYER_FRAMES = 8  # distinct frames per camera in the player's memory (1080p rg
 
 
 def topics(n: int, compressed: bool) -> list[tuple[str, str]]:
-    """(image topic, features topic) of camera k: /cam<k>/image_raw[/compressed] → /cam<k>/visual_features."""
-    suffix = "/compressed" if compressed else ""
-    return [(f"/cam{k}/image_raw{suffix}", f"/cam{k}/visual_features") for k in range(n)]
+    """(image topic, features topic) of camera k: /cam<k>/image_raw[/compressed] → /cam<k>/visual_features
+    (the multi-camera node's rule, given to the single-camera nodes as their --features-topic)."""
+    from ..config import EncoderConfig
+    from ..ros.encoder_node import camera_features_topic
+
+    images = [f"/cam{k}/image_raw{bags.COMPRESSED_SUFFIX if compressed else ''}" for k in range(n)]
+    return [(image, camera_features_topic(image, EncoderConfig.features_pattern)) for image in images]
 
 
 # --- the player (its own process) -----------------------------------------------------------------
@@ -53,8 +57,9 @@ def play(bag: Path, n: int, fps: float, seconds: float, compressed: bool, out: P
     from ..ros.cyclone import CycloneTransport
     from ..ros.types import COMPRESSED_IMAGE, IMAGE, QoS
 
-    kind = bags.COMPRESSED_IMAGE_TYPE if compressed else bags.IMAGE_TYPE
-    frames = [m.raw for m, _ in zip(bags.read_messages(bag, kind), range(PLAYER_FRAMES), strict=False)]
+    source = bags.camera_source(bag)
+    messages = bags.read_messages(bag, source.msgtype, source.topic)
+    frames = [m.raw for m, _ in zip(messages, range(PLAYER_FRAMES), strict=False)]
     t = CycloneTransport("camera_player")
     pubs = [
         t.publisher(topic, COMPRESSED_IMAGE if compressed else IMAGE, QoS("best_effort", 1))

@@ -27,7 +27,7 @@ from ..stats import percentiles
 from .convert import ns_to_stamp, stamp_to_ns
 from .labels_node import VISUAL_LABELS
 from .process import NodeProcess
-from .transport import DEFAULT, HEADER, VISUAL_FEATURES
+from .types import DEFAULT, HEADER, VISUAL_FEATURES
 
 WORDS = ("door", "forklift", "person", "stairs", "pallet", "box", "chair", "table", "window", "robot")
 

@@ -42,7 +42,6 @@ class QoS:
             raise ValueError(f"depth must be >= 1, got {self.depth}")
 
 
-SENSOR_DATA = QoS("best_effort", 5)
 DEFAULT = QoS("reliable", 10)
 
 #: callback(message, deserialise_seconds)

@@ -73,11 +73,9 @@ def text_embeddings(args: argparse.Namespace) -> Iterator[dict]:
 
 
 def iter_bag_frames(bag: Path, topic: str | None, limit: int = 0) -> Iterator:
-    """Frames of a bag's camera topic (the first by default; raw or compressed), one at a time."""
+    """Frames of a bag's camera (folder or file; which topic: bags.camera_source), one at a time."""
     from ..bags import iter_frames
 
-    if not (Path(bag) / "metadata.yaml").is_file():
-        raise ToolError(f"{bag}: not a rosbag2 directory")
     try:
         yield from iter_frames(bag, topic, limit)
     except (ValueError, FrameError) as err:  # no such topic; a message that is not an image
@@ -190,7 +188,7 @@ def run_label(args: argparse.Namespace) -> int:
 
 def add_label_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bag", type=Path, required=True, help="rosbag2 with images (any image topic)")
-    p.add_argument("--topic", default=None, help="image topic (default: the bag's first)")
+    p.add_argument("--topic", default=None, help="image topic (default: the bag's one camera)")
     p.add_argument("--labels", default=None, help="comma-separated labels, e.g. 'door,forklift,person'")
     p.add_argument("--labels-file", type=Path, default=None, help="one label per line ('#' comments)")
     p.add_argument("--template", default=DEFAULT_TEMPLATE, help="prompt per label ('{}' = the label alone)")

@@ -25,11 +25,9 @@ def ask(args: argparse.Namespace) -> dict:
     from .pipeline import VlmPipeline, load_vlm
     from .sampling import Sampling
 
-    if not (Path(args.bag) / "metadata.yaml").is_file():
-        raise AskError(f"{args.bag}: not a rosbag2 directory")
-    try:
+    try:  # a bag folder or file, its camera topic by bags.camera_source
         frames = list(iter_frames(args.bag, args.topic, limit=args.index + 1))
-    except (ValueError, FrameError) as err:
+    except (ValueError, FrameError) as err:  # not a bag, no such topic (BagError); not an image
         raise AskError(str(err)) from err
     if len(frames) <= args.index:
         raise AskError(f"{args.bag} has {len(frames)} frames; no frame {args.index}")
