@@ -27,11 +27,14 @@ from .encoders import PERFORMANCE_HINTS, backends
 from .encoders.options import GATE_AUTO, EncoderOptions
 from .errors import OpenclawError
 from .models.configs import MODEL_CONFIGS
-from .ros.types import RELIABILITIES, TRANSPORTS
 from .vlm.tokenizer import DEFAULT_SYSTEM
 
 #: image_transport's two plugins we read: raw Image, or its `compressed` CompressedImage sub-topic
 IMAGE_TRANSPORTS = ("raw", "compressed")
+#: the `transport` key: rclpy (ROS 2 sourced) or Cyclone DDS from pip (ros/transport.py makes them)
+TRANSPORTS = ("auto", "rclpy", "cyclonedds")
+#: the image subscription's `reliability` key (ros/types.QoS maps it onto each transport's QoS)
+RELIABILITIES = ("reliable", "best_effort")
 
 
 class ConfigError(OpenclawError, ValueError):

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import logging
 
-from .types import TRANSPORTS, Transport
+from ..config import TRANSPORTS
+from .types import Transport
 
 log = logging.getLogger(__name__)
 
