@@ -133,8 +133,3 @@ def int8_gemm_call(runtime: str, n: int, threads: int = 0):
         req = compiled.create_infer_request()
         return lambda: req.infer({0: x})
     raise ValueError(f"unknown runtime {runtime!r}")
-
-
-def int8_gemm_peak_gops(runtime: str, n: int, repeats: int, threads: int = 0) -> float:
-    """Best INT8 GEMM rate (GOP/s, 2 ops per multiply-add) of `runtime`, timed on its own."""
-    return _best_rate(int8_gemm_call(runtime, n, threads), 2 * n**3, repeats)
