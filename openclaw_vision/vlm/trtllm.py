@@ -113,4 +113,3 @@ def build_engine(checkpoint: Path, out: Path, max_input_len: int = 512, max_seq_
     if not done.ok:
         raise RuntimeError(f"trtllm-build {done.how}:\n{done.tail()}")
     return Path(out)
-
