@@ -60,12 +60,23 @@ def policy_line(s: dict) -> str | None:
 
 
 def _ensure_bag(path: Path, frames: int, fps: float) -> None:
+    """The sample bag at `path`, written now unless a complete one of `frames` frames is there already.
+
+    Only what an interrupted or different earlier run leaves makes it rebuild, and it says why: no
+    metadata.yaml yet (FileNotFoundError), a truncated file or unreadable metadata (rosbags'
+    ReaderError), no Image topic (ValueError), another frame count. Any other error is a bug and
+    propagates."""
+    from rosbags.rosbag2 import ReaderError
+
     if path.exists():
         try:
-            if sum(1 for _ in bags.read_messages(path, bags.IMAGE_TYPE)) == frames:
+            found = sum(1 for _ in bags.read_messages(path, bags.IMAGE_TYPE))
+        except (FileNotFoundError, ReaderError, ValueError) as err:
+            print(f"[demo] {path} is not a complete bag ({type(err).__name__}: {err}): writing it again", flush=True)
+        else:
+            if found == frames:
                 return
-        except Exception:  # a half-written bag from an interrupted run: rebuild it
-            pass
+            print(f"[demo] {path} has {found} frames, not {frames}: writing it again", flush=True)
         shutil.rmtree(path)
     print(f"[demo] writing sample bag: {frames} 1920x1080 rgb8 frames at {fps:g} fps -> {path}", flush=True)
     bags.write_sample_bag(path, frames=frames, fps=fps)
