@@ -22,12 +22,12 @@ from __future__ import annotations
 import gzip
 import hashlib
 import importlib.util
-import subprocess
 import sys
 import tempfile
 import zipfile
 from pathlib import Path
 
+from .. import children
 from ..errors import OpenclawError
 from ..resources import data_home
 
@@ -37,6 +37,8 @@ BPE_SHA256 = "67603cfda2e032ad77b5f8808af37789d590db664b26df8705d2bf8b3c553fc8"
 #: The open_clip_torch release `fetch` downloads (and the Makefile installs, without dependencies, for tests).
 OPEN_CLIP_VERSION = "3.3.0"
 WHEEL_MEMBER = f"open_clip/{BPE_FILE}"
+#: the one download a fetch makes (a wheel of a few MB); a registry that hangs is given up on
+PIP_TIMEOUT_S = 600.0
 
 
 class TokenizerError(OpenclawError, ValueError):
@@ -103,10 +105,11 @@ def _download_wheel(folder: Path) -> Path:
     """pip download the pinned open_clip_torch wheel, and nothing else (--no-deps, binary only)."""
     cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:",
            "--dest", str(folder), f"open_clip_torch=={OPEN_CLIP_VERSION}"]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    done = children.run(cmd, timeout=PIP_TIMEOUT_S)
     wheels = sorted(folder.glob("open_clip_torch-*.whl"))
-    if done.returncode != 0 or not wheels:
-        raise TokenizerError(f"`{' '.join(cmd)}` failed: {done.stderr.strip()[-400:] or 'no wheel downloaded'}")
+    if not done.ok or not wheels:
+        why = done.stderr.strip()[-400:] or ("no wheel downloaded" if done.ok else done.how)
+        raise TokenizerError(f"`{' '.join(cmd)}` failed: {why}")
     return wheels[0]
 
 
