@@ -18,7 +18,8 @@ from pathlib import Path
 
 from . import bags
 from .build import BuildError, ensure_int8
-from .models.configs import canonical_name
+from .commands import Command, field_flag
+from .models.configs import DEFAULT_MODEL, canonical_name
 from .resources import default_model_path
 
 
@@ -203,3 +204,13 @@ def run_demo(args: argparse.Namespace) -> int:
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     print(format_summary(summary), flush=True)
     return 0 if summary["accounted"] else 1
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", type=Path, default=Path("out/demo"))
+    p.add_argument("--model", default=DEFAULT_MODEL)
+    field_flag(p, "--frames", bags.write_sample_bag)
+    field_flag(p, "--fps", bags.write_sample_bag)
+
+
+COMMAND = Command(add_arguments, run_demo)

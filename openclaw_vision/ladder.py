@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from . import children
+from .commands import Command
 
 LADDER = ("ViT-B-32", "ViT-L-14", "ViT-H-14", "ViT-bigG-14")
 #: Seconds each precision may spend in the latency step (at least MIN_SAMPLES frames each).
@@ -280,7 +281,7 @@ def run_ladder(args: argparse.Namespace) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     result = {
-        "command": "openclaw-vision " + " ".join(args.argv),
+        "command": "openclaw-vision ladder " + " ".join(args.argv),
         "host": host(),
         "versions": versions(),
         "models": [],
@@ -310,3 +311,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=Path("out/ladder"))
     p.add_argument("--reuse", action="store_true", help="keep the records of models already in --out")
     p.add_argument("--latency-only", nargs=2, type=Path, metavar=("FP32", "INT8"), help=argparse.SUPPRESS)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.latency_only:  # the ladder's own child step: one process with both sessions
+        print(json.dumps(measure_latency(*args.latency_only, args.calib)))
+        return 0
+    result = run_ladder(args)
+    print(markdown(result))
+    print(f"wrote {args.out / 'ladder.md'} and {args.out / 'ladder.json'}")
+    return 0 if all("error" not in r for r in result["models"]) else 1
+
+
+COMMAND = Command(add_arguments, run)

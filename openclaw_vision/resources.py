@@ -46,5 +46,9 @@ def data_home() -> Path:
     return Path(os.environ.get("OPENCLAW_VISION_HOME", Path.home() / ".cache" / PACKAGE))
 
 
+#: the image tower's builds in the data home: the FP32 export and the gated INT8 model
+PRECISIONS = ("fp32", "int8")
+
+
 def default_model_path(model: str, precision: str = "fp32") -> Path:
     return data_home() / "models" / f"{model}.{precision}.onnx"

@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 #: what Humble's rmw_cyclonedds_cpp adds ahead of CYCLONEDDS_URI under ROS_LOCALHOST_ONLY=1
 LOCALHOST_FRAGMENT = (
-    "<CycloneDDS><Domain><General><Interfaces><NetworkInterface address=\"127.0.0.1\"/>"
+    '<CycloneDDS><Domain><General><Interfaces><NetworkInterface address="127.0.0.1"/>'
     "</Interfaces></General></Domain></CycloneDDS>"
 )
 RMEM_MAX = Path("/proc/sys/net/core/rmem_max")

@@ -19,6 +19,7 @@ merges file would give different token ids, and every label embedding would be w
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import hashlib
 import importlib.util
@@ -28,6 +29,7 @@ import zipfile
 from pathlib import Path
 
 from .. import children
+from ..commands import Command
 from ..errors import OpenclawError
 from ..resources import data_home
 
@@ -129,3 +131,22 @@ def fetch(wheel: Path | None = None, dest: Path | None = None) -> Path:
     part.write_bytes(data)
     part.replace(dest)
     return dest
+
+
+def _fetch_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--wheel", type=Path, default=None, help="an open_clip_torch wheel already here (no download)")
+    p.add_argument("--out", type=Path, default=None, help="default: <data home>/tokenizer/bpe_simple_vocab_16e6.txt.gz")
+
+
+def _fetch(args: argparse.Namespace) -> int:
+    try:
+        path = fetch(args.wheel, args.out)
+    except TokenizerError as err:
+        print(f"tokenizer fetch: {err}", file=sys.stderr)
+        return 1
+    print(f"wrote {path} (CLIP's BPE merges, checked)")
+    return 0
+
+
+#: `openclaw-vision tokenizer fetch`
+COMMAND = Command(_fetch_arguments, _fetch)
