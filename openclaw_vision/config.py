@@ -61,12 +61,16 @@ class Param:
             return f"{'>' if self.above else '>='} {lo:g}"
         return f"<= {hi:g}" if hi is not None else ""
 
-    def constraints(self) -> str:
-        """One line for ParameterDescriptor.additional_constraints."""
+    def limits(self) -> str:
+        """'one of: a, b', a range ('>= 1'), both ('; '-joined), or '' when anything of its type goes."""
         parts = [f"one of: {', '.join(self.choices)}"] if self.choices else []
         parts += [self.range_text()] if self.range_text() else []
-        parts.append("changes at run time" if self.runtime else "read-only: used at start, restart the node to change")
         return "; ".join(parts)
+
+    def constraints(self) -> str:
+        """One line for ParameterDescriptor.additional_constraints."""
+        when = "changes at run time" if self.runtime else "read-only: used at start, restart the node to change"
+        return f"{self.limits()}; {when}" if self.limits() else when
 
     def check(self, key: str, value: Any) -> None:
         """Raise the configuration error for a value outside the choices or the range."""
@@ -350,14 +354,16 @@ def read_params_file(path: Path, node: str) -> dict[str, Any]:
 
 
 def add_arguments(parser: argparse.ArgumentParser, cls=EncoderConfig) -> None:
-    """One --flag per config key (underscores become dashes); unset flags keep the file's value."""
+    """One --flag per config key (underscores become dashes), its help the key's `Param` (description,
+    limits) and default; unset flags keep the file's value."""
     for f in fields(cls):
         default = getattr(cls(), f.name)
         kind = type(default)
         many = {"type": str, "nargs": "+"} if kind is tuple else {"type": kind}  # --image-topics T1 T2 ...
-        parser.add_argument(
-            "--" + f.name.replace("_", "-"), dest=f.name, default=None, help=f"(default: {default!r})", **many
-        )
+        spec: Param = f.metadata["param"]
+        limits = f"{spec.limits()}; " if spec.limits() else ""
+        text = f"{spec.description} ({limits}default: {default!r})".replace("%", "%%")  # argparse formats help
+        parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=None, help=text, **many)
 
 
 def from_sources(config_file: Path | None, node: str, overrides: dict[str, Any], cls=EncoderConfig):

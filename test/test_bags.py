@@ -138,8 +138,9 @@ def test_a_single_bag_file_is_a_bag(tmp_path, storage):
 
 
 def test_replay_keep_stamps_flag():
-    from openclaw_vision.cli import _replay_options, build_parser
+    from openclaw_vision.bag_commands import replay_options
+    from openclaw_vision.cli import build_parser
 
     parse = build_parser().parse_args
-    assert _replay_options(parse(["replay", "b"])).restamp is True
-    assert _replay_options(parse(["replay", "b", "--keep-stamps"])).restamp is False
+    assert replay_options(parse(["replay", "b"])).restamp is True
+    assert replay_options(parse(["replay", "b", "--keep-stamps"])).restamp is False

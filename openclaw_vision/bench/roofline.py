@@ -8,21 +8,18 @@ rate is reported beside it.
 from __future__ import annotations
 
 import os
-import time
 
 import numpy as np
 
 from ..models.configs import get_config
+from ..stats import Variant, run_interleaved
 
 
 def _best_rate(fn, flops: float, repeats: int) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return flops / best / 1e9
+    """GFLOP/s of the fastest of `repeats` calls of `fn` (after one warm-up call)."""
+    v = Variant("gemm", fn)
+    run_interleaved([v], rounds=repeats, iters=1, warmup=1)
+    return flops / (min(v.samples_ms) / 1e3) / 1e9
 
 
 def ort_gemm_peak_gflops(n: int, repeats: int, threads: int = 0) -> float:
@@ -133,8 +130,3 @@ def int8_gemm_call(runtime: str, n: int, threads: int = 0):
         req = compiled.create_infer_request()
         return lambda: req.infer({0: x})
     raise ValueError(f"unknown runtime {runtime!r}")
-
-
-def int8_gemm_peak_gops(runtime: str, n: int, repeats: int, threads: int = 0) -> float:
-    """Best INT8 GEMM rate (GOP/s, 2 ops per multiply-add) of `runtime`, timed on its own."""
-    return _best_rate(int8_gemm_call(runtime, n, threads), 2 * n**3, repeats)

@@ -20,7 +20,7 @@ from ..preprocess.frame import Frame
 from ..preprocess.reference import reference_preprocess
 from ..quant.runtimes import RUNTIMES
 from ..sample_frames import pan_frames
-from .harness import Variant, run_interleaved, summarise
+from ..stats import Variant, run_interleaved, summarise
 from .report import INT8_RUNTIMES
 
 

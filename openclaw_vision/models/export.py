@@ -262,12 +262,6 @@ def compare_onnx(
     return worst
 
 
-def check_export(model: Tower, path: Path, min_cosine: float = 0.9999, seed: int = 2) -> float:
-    """Run torch and ONNX Runtime on the same random inputs (batch 1 and 3); return the worst cosine."""
-    cases = check_cases(model, seed)
-    return compare_onnx(path, TowerIO.of(model, ""), cases, torch_outputs(model, cases), min_cosine)
-
-
 def export_model(
     name: str,
     out: Path,

@@ -17,9 +17,12 @@ from pathlib import Path
 
 import numpy as np
 
+from ..commands import Command
 from ..encoders.base import EncoderError
 from ..errors import OpenclawError
+from ..models.configs import DEFAULT_MODEL
 from ..preprocess.encodings import FrameError
+from ..resources import PRECISIONS
 from .merges import TokenizerError
 from .zero_shot import (
     DEFAULT_TEMPLATE,
@@ -39,7 +42,9 @@ class ToolError(OpenclawError, RuntimeError):
 
 
 def add_text_model_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="ViT-B-32", help="model name; its text export is built if missing (needs torch)")
+    p.add_argument(
+        "--model", default=DEFAULT_MODEL, help="model name; its text export is built if missing (needs torch)"
+    )
     p.add_argument("--text-model", type=Path, default=None, help="a text tower ONNX export instead")
     p.add_argument("--checkpoint", type=Path, default=None, help="weights for the text export when it is built")
     p.add_argument("--bpe", type=Path, default=None, help="CLIP's merges file (default: data home or open_clip)")
@@ -193,7 +198,17 @@ def add_label_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--labels-file", type=Path, default=None, help="one label per line ('#' comments)")
     p.add_argument("--template", default=DEFAULT_TEMPLATE, help="prompt per label ('{}' = the label alone)")
     p.add_argument("--model-path", type=Path, default=None, help="an image encoder ONNX file instead of --model's")
-    p.add_argument("--precision", choices=("int8", "fp32"), default="int8", help="image tower built for --model")
+    p.add_argument("--precision", choices=PRECISIONS, default="int8", help="image tower built for --model")
     p.add_argument("--limit", type=int, default=0, help="label at most this many frames (0: all)")
     p.add_argument("--json", type=Path, default=None, help="write the summary (timings) here too")
     add_text_model_arguments(p)
+
+
+def add_text_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("texts", nargs="+")
+    p.add_argument("--ids", action="store_true", help="also print the token ids")
+    add_text_model_arguments(p)
+
+
+TEXT = Command(add_text_arguments, run_text)
+LABEL = Command(add_label_arguments, run_label)
