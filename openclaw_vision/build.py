@@ -199,8 +199,9 @@ def _quantize_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="default: ~/.cache/openclaw_vision/models/<model>.int8.onnx, or beside --model-path",
     )
-    p.add_argument("--report", type=Path, default=Path("out/quant"),
-                   help="folder for report.md/json, plots and the re-gate set (keep it with the model)")  # fmt: skip
+    field_flag(p, "--report", q, type=Path,
+               help="folder for report.md/json, plots and the re-gate set (default: beside the model, "
+               "<model>.report: keep it with the model)")  # fmt: skip
     field_flag(p, "--method", q, choices=METHODS)
     field_flag(p, "--percentile", q)
     field_flag(
@@ -252,7 +253,7 @@ def _quantize(args: argparse.Namespace) -> int:
     except (OpenclawError, KeyError, ValueError, FileNotFoundError) as err:
         print(f"quantize: {err}", file=sys.stderr)
         return 2
-    written = write(result, args.report)
+    written = write(result, opts.report_dir)
     report = ", ".join(str(p) for p in written)
     print(
         f"{result.seconds} s, peak RSS {result.peak_rss_mb / 1e3:.2f} GB; per phase: "

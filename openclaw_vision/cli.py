@@ -16,18 +16,18 @@ from .commands import Command
 #: imported only when that command runs or shows its --help, so no tool loads another's dependencies.
 COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("build:EXPORT", "build a CLIP vision tower and export it to ONNX (checked vs PyTorch)"),
-    "text": ("text.tools:TEXT", "unit-length CLIP text embeddings of strings, one JSON line each"),
-    "label": ("text.tools:LABEL", "zero-shot label scores for every frame of a bag, one JSON line each"),
+    "text": ("tools.label:TEXT", "unit-length CLIP text embeddings of strings, one JSON line each"),
+    "label": ("tools.label:LABEL", "zero-shot label scores for every frame of a bag, one JSON line each"),
     "bench-labels": ("ros.labels_bench:COMMAND", "the labels node's latency per frame over DDS, by label-set size"),
     "tokenizer fetch": ("text.merges:COMMAND",
                         "take CLIP's BPE merges file from the open_clip_torch wheel (pip, --no-deps)"),
     "quantize": ("build:QUANTIZE", "INT8 Q/DQ model from calibration frames, gated on held-out frames"),
-    "bag sample": ("bag_commands:SAMPLE", "write a bag of camera-like frames made from real photographs"),
+    "bag sample": ("tools.bag:SAMPLE", "write a bag of camera-like frames made from real photographs"),
     "encoder": ("ros.encoder_node:main", "run the encoder node (flags: see `openclaw-vision encoder --help`)"),
     "vlm": ("ros.vlm_node:main", "run the VLM node (flags: see `openclaw-vision vlm --help`)"),
     "labels": ("ros.labels_node:main", "run the labels node (flags: see `openclaw-vision labels --help`)"),
-    "ask": ("vlm.ask:COMMAND", "encoder + VLM in one process: answer a question about one frame of a bag"),
-    "replay": ("bag_commands:REPLAY", "play a bag into a running encoder node and record /visual_features"),
+    "ask": ("tools.ask:COMMAND", "encoder + VLM in one process: answer a question about one frame of a bag"),
+    "replay": ("tools.bag:REPLAY", "play a bag into a running encoder node and record /visual_features"),
     "bench": ("bench.run:COMMAND", "latency P50/P95/P99 per stage, side by side with the usual baselines"),
     "build-engine": ("build:BUILD_ENGINE", "build (once) the cached TensorRT engine the tensorrt backend loads"),
     "serve": ("serving.serve:COMMAND", "a Triton server (PyTriton) hosting the image encoder; prints its gRPC URL "

@@ -64,15 +64,12 @@ def _ensure_bag(path: Path, frames: int, fps: float) -> None:
     """The sample bag at `path`, written now unless a complete one of `frames` frames is there already.
 
     Only what an interrupted or different earlier run leaves makes it rebuild, and it says why: no
-    metadata.yaml yet (FileNotFoundError), a truncated file or unreadable metadata (rosbags'
-    ReaderError), no Image topic (ValueError), another frame count. Any other error is a bug and
-    propagates."""
-    from rosbags.rosbag2 import ReaderError
-
+    metadata.yaml yet (FileNotFoundError), a truncated file, unreadable metadata or no Image topic
+    (bags.BagError), another frame count. Any other error is a bug and propagates."""
     if path.exists():
         try:
             found = sum(1 for _ in bags.read_messages(path, bags.IMAGE_TYPE))
-        except (FileNotFoundError, ReaderError, ValueError) as err:
+        except (FileNotFoundError, bags.BagError) as err:
             print(f"[demo] {path} is not a complete bag ({type(err).__name__}: {err}): writing it again", flush=True)
         else:
             if found == frames:

@@ -138,8 +138,8 @@ def test_a_single_bag_file_is_a_bag(tmp_path, storage):
 
 
 def test_replay_keep_stamps_flag():
-    from openclaw_vision.bag_commands import replay_options
     from openclaw_vision.cli import build_parser
+    from openclaw_vision.tools.bag import replay_options
 
     parse = build_parser().parse_args
     assert replay_options(parse(["replay", "b"])).restamp is True

@@ -103,7 +103,7 @@ def test_a_half_written_demo_bag_is_rebuilt_with_the_reason_and_a_bug_is_not_hid
     written = []
     monkeypatch.setattr(bags, "write_sample_bag", lambda path, frames, fps: written.append(path))
     demo._ensure_bag(bag, 3, 10)
-    assert written == [bag] and "is not a complete bag (ReaderError" in capsys.readouterr().out
+    assert written == [bag] and "is not a complete bag (BagError" in capsys.readouterr().out
 
     def broken(*a, **k):
         raise TypeError("a bug in the reader")

@@ -108,7 +108,7 @@ def test_label_reads_a_bag_file_and_names_the_cameras_when_it_cannot_choose(samp
     import shutil
 
     from openclaw_vision import bags
-    from openclaw_vision.text.tools import ToolError, iter_bag_frames
+    from openclaw_vision.tools.label import ToolError, iter_bag_frames
 
     [mcap] = sample_bag.glob("*.mcap")
     alone = shutil.copy(mcap, tmp_path / "alone.mcap")

@@ -104,7 +104,13 @@ class QuantOptions:
     measure_memory: bool = True
     text_model: Path | None = None  # FP32 text export for the gate's text term; None: the data home's, if any
     text: bool = True  # False: no text term
-    report: Path | None = None  # the report folder (the re-gate set goes there); None: <out without .onnx>.report
+    report: Path | None = None  # the report folder (the re-gate set goes there); None: `report_dir`'s default
+
+    @property
+    def report_dir(self) -> Path:
+        """The report folder: `report`, else beside the model (x.int8.onnx → x.int8.report), so that the
+        re-gate set travels with the model when the folder it is in is copied."""
+        return self.report or self.out.with_suffix(".report")
     partition_runtimes: tuple[str, ...] = ("onnxruntime",)  # the runtimes the partition's gate scores on
 
 
@@ -523,7 +529,7 @@ def quantize(opts: QuantOptions, frames=None) -> QuantResult:
     log.info("%d calibration and %d held-out frames", qdata.calibration_frames, len(qdata.native))
     # A big model: the other calibration methods are scored at the native resolution only.
     big = bool(src.flops) and src.flops * len(qdata.native) * len(qdata.heldout) > HELDOUT_BUDGET_FLOP
-    report_dir = opts.report or opts.out.with_suffix(".report")
+    report_dir = opts.report_dir
     with Workspace(opts.fp32_model, opts.out.parent) as ws:
         with phases.phase("quantise weights"):
             ws.quantise_weights(layers, progress)

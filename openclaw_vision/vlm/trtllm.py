@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import children
+from ..errors import OpenclawError
 from .config import LlamaConfig
 from .weights import write_safetensors
 
@@ -34,7 +35,7 @@ DTYPES = {"float16": np.float16, "float32": np.float32}
 BUILD_TIMEOUT_S = 7200.0
 
 
-class TrtLlmUnavailable(RuntimeError):
+class TrtLlmUnavailable(OpenclawError, RuntimeError):
     """TensorRT-LLM (its build tool or runtime) is not installed here."""
 
 

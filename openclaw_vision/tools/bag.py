@@ -13,11 +13,11 @@ import sys
 import time
 from pathlib import Path
 
-from . import bags
-from .commands import Command, field_flag, from_args
-from .preprocess.compressed import CODECS
-from .preprocess.encodings import ENCODINGS
-from .sample_frames import COMPRESSIBLE
+from .. import bags
+from ..commands import Command, field_flag, from_args
+from ..preprocess.compressed import CODECS
+from ..preprocess.encodings import ENCODINGS
+from ..sample_frames import COMPRESSIBLE
 
 
 def _sample_arguments(p: argparse.ArgumentParser) -> None:
@@ -58,8 +58,8 @@ SAMPLE = Command(_sample_arguments, _sample)
 
 
 def _replay_arguments(p: argparse.ArgumentParser) -> None:
-    from .ros.replay import ReplayOptions
-    from .ros.types import RELIABILITIES, TRANSPORTS
+    from ..config import RELIABILITIES, TRANSPORTS
+    from ..ros.replay import ReplayOptions
 
     o = ReplayOptions
     p.add_argument("bag", type=Path)
@@ -83,14 +83,14 @@ def _replay_arguments(p: argparse.ArgumentParser) -> None:
 
 def replay_options(args: argparse.Namespace):
     """The ReplayOptions of `replay`'s parsed flags."""
-    from .ros.replay import ReplayOptions
+    from ..ros.replay import ReplayOptions
 
     return from_args(ReplayOptions, args)
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from .ros.replay import ReplayError, replay
-    from .ros.transport import create_transport
+    from ..ros.replay import ReplayError, replay
+    from ..ros.transport import create_transport
 
     transport = create_transport(args.transport, "openclaw_replay")
     try:

@@ -14,9 +14,10 @@ import time
 from pathlib import Path
 
 from ..commands import Command, field_flag
+from ..errors import OpenclawError
 
 
-class AskError(RuntimeError):
+class AskError(OpenclawError, RuntimeError):
     """The bag, the models or the question could not be used."""
 
 
@@ -26,8 +27,8 @@ def ask(args: argparse.Namespace) -> dict:
     from ..encoders import EncoderError, create_encoder
     from ..pipeline import FramePipeline
     from ..preprocess.encodings import FrameError
-    from .pipeline import VlmPipeline, load_vlm
-    from .sampling import Sampling
+    from ..vlm.pipeline import VlmPipeline, load_vlm
+    from ..vlm.sampling import Sampling
 
     try:  # a bag folder or file, its camera topic by bags.camera_source
         frames = list(iter_frames(args.bag, args.topic, limit=args.index + 1))
@@ -73,7 +74,7 @@ def ask(args: argparse.Namespace) -> dict:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..models.configs import DEFAULT_MODEL
-    from .sampling import Sampling
+    from ..vlm.sampling import Sampling
 
     p.add_argument("question")
     p.add_argument("--bag", type=Path, required=True, help="rosbag2 with images (any image topic)")

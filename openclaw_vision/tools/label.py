@@ -23,8 +23,8 @@ from ..errors import OpenclawError
 from ..models.configs import DEFAULT_MODEL
 from ..preprocess.encodings import FrameError
 from ..resources import PRECISIONS
-from .merges import TokenizerError
-from .zero_shot import (
+from ..text.merges import TokenizerError
+from ..text.zero_shot import (
     DEFAULT_TEMPLATE,
     LabelError,
     LabelSet,
@@ -53,8 +53,8 @@ def add_text_model_arguments(p: argparse.ArgumentParser) -> None:
 
 def load_text_encoder(args: argparse.Namespace):
     from ..models.configs import canonical_name
-    from .build import ensure_text_fp32
-    from .encoder import TextEncoder
+    from ..text.build import ensure_text_fp32
+    from ..text.encoder import TextEncoder
 
     try:
         model = args.model if args.text_model else canonical_name(args.model)
