@@ -105,13 +105,13 @@ class QuantOptions:
     text_model: Path | None = None  # FP32 text export for the gate's text term; None: the data home's, if any
     text: bool = True  # False: no text term
     report: Path | None = None  # the report folder (the re-gate set goes there); None: `report_dir`'s default
+    partition_runtimes: tuple[str, ...] = ("onnxruntime",)  # the runtimes the partition's gate scores on
 
     @property
     def report_dir(self) -> Path:
         """The report folder: `report`, else beside the model (x.int8.onnx → x.int8.report), so that the
         re-gate set travels with the model when the folder it is in is copied."""
         return self.report or self.out.with_suffix(".report")
-    partition_runtimes: tuple[str, ...] = ("onnxruntime",)  # the runtimes the partition's gate scores on
 
 
 #: report.json keys that are the rounded worst metrics (`as_dict` writes them from `worst`).
