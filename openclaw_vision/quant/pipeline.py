@@ -41,6 +41,7 @@ from ..gate import GATE_KEY, GateSpec, Metrics, gate_summary
 from ..models import onnx_files
 from ..ortsession import session
 from ..phases import PhaseLog
+from ..stats import Variant, first_call_s, run_interleaved
 from . import calibrate, crossmodal, data, memory, partition, sensitivity
 from .evaluate import Evaluator, embed, worst
 from .graph import quantisable_layers
@@ -186,26 +187,17 @@ def _progress():
 
 
 def _latency_ms(sessions: dict, x: np.ndarray, budget_s: float = 20.0, rounds: int = 3) -> dict[str, float]:
-    """Median batch-1 latency of each session, interleaved round by round (indicative; bench is the reference).
-
-    Iterations per round shrink for slow models so the check takes about `budget_s` in total.
-    """
-    name = {k: s.get_inputs()[0].name for k, s in sessions.items()}
-    out_name = {k: s.get_outputs()[0].name for k, s in sessions.items()}
-    first = {}
-    for k, s in sessions.items():
-        t = time.perf_counter()
-        s.run([out_name[k]], {name[k]: x})
-        first[k] = time.perf_counter() - t
+    """Median batch-1 latency of each session, interleaved round by round (indicative; bench is the reference):
+    the package's one timing harness (stats.run_interleaved). Iterations per round shrink for slow models so
+    the check takes about `budget_s` in total."""
+    variants = []
+    for k, sess in sessions.items():
+        feed, out = {sess.get_inputs()[0].name: x}, [sess.get_outputs()[0].name]
+        variants.append(Variant(k, lambda sess=sess, feed=feed, out=out: sess.run(out, feed)))
+    first = first_call_s(variants)  # also the warm-up
     iters = int(np.clip(budget_s / rounds / max(sum(first.values()), 1e-3), 1, 5))
-    times: dict[str, list[float]] = {k: [] for k in sessions}
-    for _ in range(rounds):
-        for k, s in sessions.items():
-            for _ in range(iters):
-                t = time.perf_counter()
-                s.run([out_name[k]], {name[k]: x})
-                times[k].append((time.perf_counter() - t) * 1000)
-    return {k: round(float(np.median(v)), 2) for k, v in times.items()}
+    run_interleaved(variants, rounds, iters, warmup=0)
+    return {v.name: round(float(np.median(v.samples_ms)), 2) for v in variants}
 
 
 @dataclass
