@@ -3,17 +3,23 @@
 Bags are always written as version 8: Humble reads 6–8 and cannot parse version 9's
 metadata. Messages are moved as raw CDR bytes; the typestore is Humble's plus our own
 VisualFeatures, parsed from msg/VisualFeatures.msg (the one definition of the wire type).
+
+A bag is a rosbag2 folder (metadata.yaml + mcap or sqlite3 files) or a single .mcap / .db3 file as
+other tools write them. Which camera of a bag a tool reads is decided once, by `camera_source`:
+replay, label, ask, quantize's calibration reader and the benches all go through it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
+from .errors import OpenclawError
 from .resources import share_path
 
 IMAGE_TYPE = "sensor_msgs/msg/Image"
@@ -22,6 +28,13 @@ CAMERA_TYPES = (IMAGE_TYPE, COMPRESSED_IMAGE_TYPE)
 FEATURES_TYPE = "openclaw_vision/msg/VisualFeatures"
 BAG_VERSION = 8
 STORAGES = ("mcap", "sqlite3")
+BAG_FILE_SUFFIXES = (".mcap", ".db3")
+#: image_transport's `compressed` plugin publishes CompressedImage on `<image topic>/compressed`
+COMPRESSED_SUFFIX = "/compressed"
+
+
+class BagError(OpenclawError, ValueError):
+    """Not a bag, or a bag without what was asked of it; the message names what the bag has."""
 
 
 @lru_cache(maxsize=1)
@@ -43,67 +56,108 @@ class BagMessage:
     raw: bytes
 
 
+def is_bag(path: Path) -> bool:
+    """A rosbag2 folder (its metadata.yaml) or a single .mcap / .db3 file."""
+    path = Path(path)
+    return (path / "metadata.yaml").is_file() or (path.is_file() and path.suffix in BAG_FILE_SUFFIXES)
+
+
+@contextmanager
+def _reader(path: Path) -> Iterator:
+    """rosbags' Reader on a bag; what is not one, or not readable as one, is a BagError."""
+    from rosbags.rosbag2 import Reader, ReaderError
+
+    if not is_bag(path):
+        raise BagError(f"{path}: not a rosbag2 folder (with metadata.yaml) nor a .mcap or .db3 file")
+    try:
+        with Reader(Path(path)) as reader:
+            yield reader
+    except ReaderError as err:
+        raise BagError(f"{path}: not readable as a rosbag2 bag: {err}") from err
+
+
+def _listing(connections) -> str:
+    return ", ".join(sorted({f"{c.topic} [{c.msgtype}]" for c in connections})) or "nothing"
+
+
 def read_messages(path: Path, msgtype: str | None = None, topic: str | None = None) -> Iterator[BagMessage]:
-    """Raw CDR messages in time order, optionally only one type or topic.
-
-    `path` is a rosbag2 directory (metadata.yaml + mcap or sqlite3 files) or a single .mcap /
-    .db3 file as other tools write them (rosbags' Reader opens both).
-    """
-    from rosbags.rosbag2 import Reader
-
-    with Reader(Path(path)) as reader:
+    """Raw CDR messages of a bag (folder or file) in time order, optionally only one type or topic."""
+    with _reader(path) as reader:
         conns = [
             c
             for c in reader.connections
             if (msgtype is None or c.msgtype == msgtype) and (topic is None or c.topic == topic)
         ]
         if not conns:
-            have = ", ".join(f"{c.topic} [{c.msgtype}]" for c in reader.connections) or "nothing"
-            raise ValueError(f"{path}: no {topic or msgtype or 'messages'} in this bag (it has {have})")
+            raise BagError(
+                f"{path}: no {topic or msgtype or 'messages'} in this bag (it has {_listing(reader.connections)})"
+            )
         for conn, ts, raw in reader.messages(connections=conns):
             yield BagMessage(conn.topic, conn.msgtype, ts, bytes(raw))
 
 
-def image_topics(path: Path) -> list[str]:
-    """The bag's sensor_msgs/Image topics."""
-    return [t for t, kind in camera_topics(path).items() if kind == IMAGE_TYPE]
+@dataclass(frozen=True)
+class CameraSource:
+    """One camera topic of a bag: what to read, and how many messages it holds."""
+
+    path: Path
+    topic: str
+    msgtype: str  # IMAGE_TYPE or COMPRESSED_IMAGE_TYPE
+    messages: int
 
 
-def camera_topics(path: Path) -> dict[str, str]:
-    """topic → message type for every Image and CompressedImage topic in the bag, sorted by topic."""
-    from rosbags.rosbag2 import Reader
-
-    with Reader(Path(path)) as reader:
-        return dict(sorted({c.topic: c.msgtype for c in reader.connections if c.msgtype in CAMERA_TYPES}.items()))
+def camera_source(path: Path, topic: str | None = None) -> CameraSource:
+    """The camera topic a tool reads from a bag: `topic` when given (an Image or CompressedImage topic of
+    the bag), else the bag's one camera. A camera is an Image topic and its image_transport twin
+    `<topic>/compressed`; of one camera recorded both ways the raw Image topic is read. Two cameras and
+    no `topic`, or none at all, is a BagError naming the topics the bag has."""
+    with _reader(path) as reader:
+        conns = list(reader.connections)
+    cameras: dict[str, str] = {}
+    counts: dict[str, int] = {}
+    for c in conns:
+        if c.msgtype in CAMERA_TYPES:
+            cameras[c.topic] = c.msgtype
+            counts[c.topic] = counts.get(c.topic, 0) + c.msgcount
+    have = ", ".join(f"{t} [{k}]" for t, k in sorted(cameras.items()))
+    if topic is None:
+        if not cameras:
+            raise BagError(f"{path}: no {IMAGE_TYPE} or {COMPRESSED_IMAGE_TYPE} topic (it has {_listing(conns)})")
+        named = {t.removesuffix(COMPRESSED_SUFFIX) if k == COMPRESSED_IMAGE_TYPE else t for t, k in cameras.items()}
+        if len(named) > 1:
+            raise BagError(f"{path}: {len(named)} cameras ({have}): name the topic to read")
+        topic = min(cameras, key=lambda t: (cameras[t] != IMAGE_TYPE, t))  # one camera: raw before compressed
+    elif topic not in cameras:
+        raise BagError(f"{path}: no image topic {topic!r} (its Image and CompressedImage topics: {have or 'none'})")
+    return CameraSource(Path(path), topic, cameras[topic], counts[topic])
 
 
 def iter_frames(path: Path, topic: str | None = None, limit: int = 0, every: int = 1) -> Iterator:
-    """The frames of one camera topic of a bag, one at a time (bags are long): `Frame`s from a
-    sensor_msgs/Image topic, `CompressedFrame`s (checked, decoded later: `FramePipeline` does it)
-    from a CompressedImage topic. `topic` defaults to the bag's first camera topic; `every` takes
-    every k-th message, `limit` stops after that many frames. A message that is not a valid image
+    """The frames of a bag's camera (`camera_source`), one at a time (bags are long): `Frame`s from a
+    sensor_msgs/Image topic, `CompressedFrame`s (checked, decoded later: `FramePipeline` does it) from a
+    CompressedImage topic. `every` takes every k-th message, `limit` stops after that many frames. The
+    bag and topic are checked before the first frame (a BagError); a message that is not a valid image
     raises FrameError naming the bag and the message's position."""
+    source = camera_source(path, topic)
+    return _frames(source, limit, every)
+
+
+def _frames(source: CameraSource, limit: int, every: int) -> Iterator:
     from .preprocess.compressed import CompressedFrame
     from .preprocess.encodings import FrameError
     from .preprocess.frame import Frame
 
-    cameras = camera_topics(path)
-    if not cameras or (topic and topic not in cameras):
-        have = ", ".join(cameras) or "none"
-        raise ValueError(f"{path}: no camera topic {topic or ''} (Image or CompressedImage); it has {have}")
-    topic = topic or next(iter(cameras))
-    kind = cameras[topic]
-    wrap = CompressedFrame.from_message if kind == COMPRESSED_IMAGE_TYPE else Frame.from_message
+    wrap = CompressedFrame.from_message if source.msgtype == COMPRESSED_IMAGE_TYPE else Frame.from_message
     taken = 0
-    for i, msg in enumerate(read_messages(path, kind, topic)):
+    for i, msg in enumerate(read_messages(source.path, source.msgtype, source.topic)):
         if i % every:
             continue
         if limit and taken >= limit:
             return
         try:
-            yield wrap(deserialize(msg.raw, kind))
+            yield wrap(deserialize(msg.raw, source.msgtype))
         except FrameError as err:
-            raise FrameError(f"{path}: {topic} message {i}: {err}") from err
+            raise FrameError(f"{source.path}: {source.topic} message {i}: {err}") from err
         taken += 1
 
 
@@ -211,7 +265,7 @@ def write_sample_bag(
             if compressed:
                 fmt, data = compress_rgb(np.ascontiguousarray(rgb), encoding, compressed)
                 raw = serialize_compressed_image(data, fmt, stamp)
-                bag.write(topic.rstrip("/") + "/compressed", COMPRESSED_IMAGE_TYPE, stamp, raw)
+                bag.write(topic.rstrip("/") + COMPRESSED_SUFFIX, COMPRESSED_IMAGE_TYPE, stamp, raw)
             else:
                 bag.write(topic, IMAGE_TYPE, stamp, serialize_image(convert_rgb(rgb, encoding), encoding, stamp))
             n += 1

@@ -22,15 +22,20 @@ from typing import Any
 
 import yaml
 
+from . import gate
 from .encoders import PERFORMANCE_HINTS, backends
+from .encoders.options import GATE_AUTO, EncoderOptions
 from .errors import OpenclawError
 from .models.configs import MODEL_CONFIGS
-from .ros.types import RELIABILITIES, TRANSPORTS
 from .vlm.pipeline import LLM_BACKENDS
 from .vlm.tokenizer import DEFAULT_SYSTEM
 
 #: image_transport's two plugins we read: raw Image, or its `compressed` CompressedImage sub-topic
 IMAGE_TRANSPORTS = ("raw", "compressed")
+#: the `transport` key: rclpy (ROS 2 sourced) or Cyclone DDS from pip (ros/transport.py makes them)
+TRANSPORTS = ("auto", "rclpy", "cyclonedds")
+#: the image subscription's `reliability` key (ros/types.QoS maps it onto each transport's QoS)
+RELIABILITIES = ("reliable", "best_effort")
 
 
 class ConfigError(OpenclawError, ValueError):
@@ -57,12 +62,16 @@ class Param:
             return f"{'>' if self.above else '>='} {lo:g}"
         return f"<= {hi:g}" if hi is not None else ""
 
-    def constraints(self) -> str:
-        """One line for ParameterDescriptor.additional_constraints."""
+    def limits(self) -> str:
+        """'one of: a, b', a range ('>= 1'), both ('; '-joined), or '' when anything of its type goes."""
         parts = [f"one of: {', '.join(self.choices)}"] if self.choices else []
         parts += [self.range_text()] if self.range_text() else []
-        parts.append("changes at run time" if self.runtime else "read-only: used at start, restart the node to change")
         return "; ".join(parts)
+
+    def constraints(self) -> str:
+        """One line for ParameterDescriptor.additional_constraints."""
+        when = "changes at run time" if self.runtime else "read-only: used at start, restart the node to change"
+        return f"{self.limits()}; {when}" if self.limits() else when
 
     def check(self, key: str, value: Any) -> None:
         """Raise the configuration error for a value outside the choices or the range."""
@@ -145,6 +154,7 @@ class NodeConfig:
 
 VLM_BACKENDS = ("auto", "numpy", "cupy")
 PERIOD = {"minimum": 0.0, "above": True, "runtime": True}  # seconds, > 0, changes at run time
+_OPTS = EncoderOptions()  # the backend options' defaults: the encoder's keys of the same names start from them
 
 
 @dataclass(frozen=True)
@@ -166,10 +176,16 @@ class EncoderConfig(NodeConfig):
         "int8", "int8: the gated Q/DQ model (openclaw-vision quantize); fp32 or fp16 on request",
         choices=("fp32", "fp16", "int8"),
     )  # fmt: skip
-    threads: int = param(0, "inference threads, 0 = one per core", minimum=0)
+    threads: int = param(_OPTS.threads, "inference threads, 0 = one per core", minimum=0)
     performance_hint: str = param(
-        "latency", "OpenVINO's PERFORMANCE_HINT: latency (one frame at a time, the node's case) or throughput",
+        _OPTS.performance_hint,
+        "OpenVINO's PERFORMANCE_HINT: latency (one frame at a time, the node's case) or throughput",
         choices=PERFORMANCE_HINTS,
+    )  # fmt: skip
+    gate: str = param(
+        _OPTS.gate, "INT8 accuracy gate: require = run only where it passed on this runtime and CPU; warn = also "
+        "run unmeasured ones; auto = require under backend auto, else warn",
+        choices=(GATE_AUTO, *(p for p in gate.POLICIES if p != "ignore")),
     )  # fmt: skip
     reliability: str = param("best_effort", "image subscription QoS (best_effort = sensor data)", choices=RELIABILITIES)
     depth: int = param(5, "image subscription history depth (re-subscribes when changed)", minimum=1, runtime=True)
@@ -180,15 +196,20 @@ class EncoderConfig(NodeConfig):
         "raw", "raw: sensor_msgs/Image on image_topic; compressed: CompressedImage on <image_topic>/compressed",
         choices=IMAGE_TRANSPORTS,
     )  # fmt: skip
-    triton_url: str = param("127.0.0.1:8001", "backend triton: the server's gRPC HOST:PORT")
-    triton_model: str = param("", "backend triton: model name on the server; empty: <model>_<precision>")
-    triton_model_version: str = param("", "backend triton: model version; empty: the server's latest")
+    triton_url: str = param(_OPTS.triton_url, "backend triton: the server's gRPC HOST:PORT")
+    triton_model: str = param(
+        _OPTS.triton_model, "backend triton: model name on the server; empty: <model>_<precision>"
+    )  # fmt: skip
+    triton_model_version: str = param(
+        _OPTS.triton_model_version, "backend triton: model version; empty: the server's latest"
+    )  # fmt: skip
     triton_shared_memory: str = param(
-        "auto", "backend triton: auto = system shared memory when the server is on this host; off = pixels over gRPC",
+        _OPTS.triton_shared_memory,
+        "backend triton: auto = system shared memory when the server is on this host; off = pixels over gRPC",
         choices=("auto", "off"),
     )  # fmt: skip
-    triton_timeout: float = param(2.0, "backend triton: seconds one request may take before its frame fails",
-                                  minimum=0.0, above=True)  # fmt: skip
+    triton_timeout: float = param(_OPTS.triton_timeout, "backend triton: seconds one request may take before its "
+                                  "frame fails", minimum=0.0, above=True)  # fmt: skip
 
     def validate(self) -> EncoderConfig:
         for key in ("image_topic", "features_topic"):
@@ -333,14 +354,16 @@ def read_params_file(path: Path, node: str) -> dict[str, Any]:
 
 
 def add_arguments(parser: argparse.ArgumentParser, cls=EncoderConfig) -> None:
-    """One --flag per config key (underscores become dashes); unset flags keep the file's value."""
+    """One --flag per config key (underscores become dashes), its help the key's `Param` (description,
+    limits) and default; unset flags keep the file's value."""
     for f in fields(cls):
         default = getattr(cls(), f.name)
         kind = type(default)
         many = {"type": str, "nargs": "+"} if kind is tuple else {"type": kind}  # --image-topics T1 T2 ...
-        parser.add_argument(
-            "--" + f.name.replace("_", "-"), dest=f.name, default=None, help=f"(default: {default!r})", **many
-        )
+        spec: Param = f.metadata["param"]
+        limits = f"{spec.limits()}; " if spec.limits() else ""
+        text = f"{spec.description} ({limits}default: {default!r})".replace("%", "%%")  # argparse formats help
+        parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=None, help=text, **many)
 
 
 def from_sources(config_file: Path | None, node: str, overrides: dict[str, Any], cls=EncoderConfig):

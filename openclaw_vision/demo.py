@@ -18,7 +18,8 @@ from pathlib import Path
 
 from . import bags
 from .build import BuildError, ensure_int8
-from .models.configs import canonical_name
+from .commands import Command, field_flag
+from .models.configs import DEFAULT_MODEL, canonical_name
 from .resources import default_model_path
 
 
@@ -60,12 +61,20 @@ def policy_line(s: dict) -> str | None:
 
 
 def _ensure_bag(path: Path, frames: int, fps: float) -> None:
+    """The sample bag at `path`, written now unless a complete one of `frames` frames is there already.
+
+    Only what an interrupted or different earlier run leaves makes it rebuild, and it says why: no
+    metadata.yaml yet (FileNotFoundError), a truncated file, unreadable metadata or no Image topic
+    (bags.BagError), another frame count. Any other error is a bug and propagates."""
     if path.exists():
         try:
-            if sum(1 for _ in bags.read_messages(path, bags.IMAGE_TYPE)) == frames:
+            found = sum(1 for _ in bags.read_messages(path, bags.IMAGE_TYPE))
+        except (FileNotFoundError, bags.BagError) as err:
+            print(f"[demo] {path} is not a complete bag ({type(err).__name__}: {err}): writing it again", flush=True)
+        else:
+            if found == frames:
                 return
-        except Exception:  # a half-written bag from an interrupted run: rebuild it
-            pass
+            print(f"[demo] {path} has {found} frames, not {frames}: writing it again", flush=True)
         shutil.rmtree(path)
     print(f"[demo] writing sample bag: {frames} 1920x1080 rgb8 frames at {fps:g} fps -> {path}", flush=True)
     bags.write_sample_bag(path, frames=frames, fps=fps)
@@ -80,7 +89,7 @@ def _gate_of(model_path: Path) -> dict | None:
 
 
 def format_summary(s: dict) -> str:
-    from .quant.evaluate import gate_summary
+    from .gate import gate_summary
 
     lat, st = s["latency_ms"], s["stages_ms"]
     lines = [
@@ -192,3 +201,13 @@ def run_demo(args: argparse.Namespace) -> int:
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     print(format_summary(summary), flush=True)
     return 0 if summary["accounted"] else 1
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", type=Path, default=Path("out/demo"))
+    p.add_argument("--model", default=DEFAULT_MODEL)
+    field_flag(p, "--frames", bags.write_sample_bag)
+    field_flag(p, "--fps", bags.write_sample_bag)
+
+
+COMMAND = Command(add_arguments, run_demo)

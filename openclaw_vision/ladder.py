@@ -22,17 +22,21 @@ import argparse
 import contextlib
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+from . import children
+from .commands import Command
+
 LADDER = ("ViT-B-32", "ViT-L-14", "ViT-H-14", "ViT-bigG-14")
 #: Seconds each precision may spend in the latency step (at least MIN_SAMPLES frames each).
 LATENCY_BUDGET_S = 120.0
 MIN_SAMPLES, MAX_SAMPLES = 8, 60
+#: the longest a step may take: ViT-bigG-14's quantisation on 2 cores took ~20 min; one that hangs is stopped
+STEP_TIMEOUT_S = 4 * 3600.0
 
 
 def _mem_available_mb() -> float:
@@ -50,17 +54,12 @@ def _load() -> float:
 
 
 def _child(args: list[str], log: Path) -> tuple[float, str]:
-    """Run `python -m openclaw_vision.cli ARGS`; (seconds, stdout). Raises with the log's tail on failure."""
-    t0 = time.perf_counter()
-    with open(log, "w") as fh:
-        proc = subprocess.run(
-            [sys.executable, "-m", "openclaw_vision.cli", *args], stdout=subprocess.PIPE, stderr=fh, text=True
-        )
-    seconds = round(time.perf_counter() - t0, 1)
-    if proc.returncode != 0:
-        tail = log.read_text()[-2000:]
-        raise RuntimeError(f"`openclaw-vision {' '.join(args)}` exited {proc.returncode}:\n{proc.stdout}\n{tail}")
-    return seconds, proc.stdout
+    """Run `openclaw-vision ARGS` in a fresh interpreter, stderr to `log`; (seconds, stdout). Raises with
+    the log's tail on failure (a step killed by the kernel's OOM killer says so: 'killed by SIGKILL')."""
+    done = children.run(children.cli(*args), timeout=STEP_TIMEOUT_S, stderr_path=log)
+    if not done.ok:
+        raise RuntimeError(f"`openclaw-vision {' '.join(args)}` {done.how}:\n{done.stdout}\n{done.stderr[-2000:]}")
+    return round(done.seconds, 1), done.stdout
 
 
 def _export(model: str, out: Path) -> dict:
@@ -122,10 +121,10 @@ def _quantize(model: str, calib: Path, out: Path) -> dict:
 
 def measure_latency(fp32: Path, int8: Path, frames_bag: Path, budget_s: float = LATENCY_BUDGET_S) -> dict:
     """One 1080p frame → preprocess → encode, FP32 vs INT8 interleaved in this process (P50/P99 ms)."""
-    from .bench.harness import Variant, run_interleaved, summarise
     from .encoders.onnxruntime import OnnxRuntimeEncoder
     from .pipeline import FramePipeline
     from .quant.data import load_frames
+    from .stats import Variant, first_call_s, run_interleaved, summarise
 
     frames = load_frames(frames_bag, spread=8)
     encoders = {k: FramePipeline(OnnxRuntimeEncoder(p)) for k, p in (("fp32", fp32), ("int8", int8))}
@@ -135,15 +134,10 @@ def measure_latency(fp32: Path, int8: Path, frames_bag: Path, budget_s: float = 
         it["i"] = (it["i"] + 1) % len(frames)
         return pipeline.encode(frames[it["i"]])
 
-    first = {}
-    for k, enc in encoders.items():
-        t = time.perf_counter()
-        one_frame(enc)
-        first[k] = time.perf_counter() - t
-    n = int(np.clip(budget_s / max(first.values()), MIN_SAMPLES, MAX_SAMPLES))
-    rounds = min(4, n)
     variants = [Variant(f"1080p-frame/{k}", lambda e=e: one_frame(e), group="enc") for k, e in encoders.items()]
     variants[0].baseline = True
+    n = int(np.clip(budget_s / max(first_call_s(variants).values()), MIN_SAMPLES, MAX_SAMPLES))
+    rounds = min(4, n)
     run_interleaved(variants, rounds, max(1, n // rounds), warmup=1)
     recs = {r["name"].split("/")[1]: r for r in summarise(variants)}
     return {
@@ -287,7 +281,7 @@ def run_ladder(args: argparse.Namespace) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     result = {
-        "command": "openclaw-vision " + " ".join(args.argv),
+        "command": "openclaw-vision ladder " + " ".join(args.argv),
         "host": host(),
         "versions": versions(),
         "models": [],
@@ -317,3 +311,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=Path("out/ladder"))
     p.add_argument("--reuse", action="store_true", help="keep the records of models already in --out")
     p.add_argument("--latency-only", nargs=2, type=Path, metavar=("FP32", "INT8"), help=argparse.SUPPRESS)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.latency_only:  # the ladder's own child step: one process with both sessions
+        print(json.dumps(measure_latency(*args.latency_only, args.calib)))
+        return 0
+    result = run_ladder(args)
+    print(markdown(result))
+    print(f"wrote {args.out / 'ladder.md'} and {args.out / 'ladder.json'}")
+    return 0 if all("error" not in r for r in result["models"]) else 1
+
+
+COMMAND = Command(add_arguments, run)

@@ -22,16 +22,19 @@ def share_dir() -> Path:
         candidates.append(Path(os.environ["OPENCLAW_VISION_SHARE"]))
     candidates.append(Path(__file__).resolve().parents[1])  # source checkout
     candidates.append(Path(sys.prefix) / "share" / PACKAGE)
+    ament = ""
     try:
         from ament_index_python.packages import get_package_share_directory
 
         candidates.append(Path(get_package_share_directory(PACKAGE)))
-    except Exception:  # not in a ROS 2 environment, or package not in the ament index
-        pass
+    except ImportError:
+        ament = "; no ament index (not in a ROS 2 environment)"
+    except (LookupError, OSError) as err:  # PackageNotFoundError is a KeyError; AMENT_PREFIX_PATH unset: OSError
+        ament = f"; the ament index has no {PACKAGE} ({err})"
     for cand in candidates:
         if (cand / MARKER).is_file():
             return cand
-    raise FileNotFoundError(f"cannot find {MARKER} in any of: {', '.join(map(str, candidates))}")
+    raise FileNotFoundError(f"cannot find {MARKER} in any of: {', '.join(map(str, candidates))}{ament}")
 
 
 def share_path(*parts: str) -> Path:
@@ -41,6 +44,10 @@ def share_path(*parts: str) -> Path:
 def data_home() -> Path:
     """Where built models live by default: $OPENCLAW_VISION_HOME or ~/.cache/openclaw_vision."""
     return Path(os.environ.get("OPENCLAW_VISION_HOME", Path.home() / ".cache" / PACKAGE))
+
+
+#: the image tower's builds in the data home: the FP32 export and the gated INT8 model
+PRECISIONS = ("fp32", "int8")
 
 
 def default_model_path(model: str, precision: str = "fp32") -> Path:

@@ -4,6 +4,11 @@ The photographs are scaled to the frame height and laid side by side into one wi
 a virtual camera pans across it (and back), so consecutive frames overlap but differ, as a
 robot's camera does when it turns. Real photographs matter: random pixels hide aliasing
 and quantisation damage that natural images show.
+
+Also their bytes as a camera sends them: `convert_rgb` in any encoding of the one table
+(preprocess/encodings.ENCODINGS, by layout), `compress_rgb` as compressed_image_transport does;
+and the GPU kernel's fixtures (`pack`, `with_pitch`, `cpu_reference`) for the gpu_static tests
+and the prepared device check (scripts/gpu_check_vision.py).
 """
 
 from __future__ import annotations
@@ -13,6 +18,13 @@ from collections.abc import Iterator
 
 import cv2
 import numpy as np
+
+from .preprocess.compressed import CODECS
+from .preprocess.cpu import CpuPreprocessor
+from .preprocess.encodings import ENCODINGS, layout_of
+from .preprocess.frame import Frame
+from .preprocess.kernel_plan import GPU_ENCODINGS
+from .preprocess.spec import PreprocessSpec
 
 PHOTOS = ("astronaut", "coffee", "rocket", "chelsea", "hubble_deep_field", "immunohistochemistry")
 
@@ -44,54 +56,49 @@ def pan_frames(count: int, width: int = 1920, height: int = 1080) -> Iterator[np
         yield strip[:, x : x + width]
 
 
-#: Where each colour of a 2×2 Bayer cell sits, by ROS pattern name: (row, col) of R, G1, G2, B.
-BAYER_SITES = {
-    "bayer_rggb8": ((0, 0), (0, 1), (1, 0), (1, 1)),
-    "bayer_bggr8": ((1, 1), (0, 1), (1, 0), (0, 0)),
-    "bayer_gbrg8": ((1, 0), (0, 0), (1, 1), (0, 1)),
-    "bayer_grbg8": ((0, 1), (0, 0), (1, 1), (1, 0)),
+#: OpenCV's conversion from RGB to each packed layout (None: the pixels as they are)
+_FROM_RGB = {
+    "RGB": None,
+    "BGR": "COLOR_RGB2BGR",
+    "RGBA": "COLOR_RGB2RGBA",
+    "BGRA": "COLOR_RGB2BGRA",
+    "GRAY": "COLOR_RGB2GRAY",
 }
 
 
 def convert_rgb(rgb: np.ndarray, encoding: str) -> np.ndarray:
     """RGB uint8 → the raw (rows, W, bytes/px) buffer of a ROS image encoding (what a camera sends).
 
-    The inverse of encodings.to_rgb where one exists: Bayer samples one colour per pixel,
-    4:2:0 and 4:2:2 average the chroma, mono16 is value × 257 (little-endian).
+    Any encoding of the table (encodings.ENCODINGS), by its layout. The inverse of encodings.to_rgb
+    where one exists: Bayer samples one colour per pixel, 4:2:0 and 4:2:2 average the chroma,
+    mono16 is value × 257 (little-endian).
     """
-    codes = {
-        "rgb8": None,
-        "bgr8": cv2.COLOR_RGB2BGR,
-        "8UC3": cv2.COLOR_RGB2BGR,
-        "rgba8": cv2.COLOR_RGB2RGBA,
-        "bgra8": cv2.COLOR_RGB2BGRA,
-        "mono8": cv2.COLOR_RGB2GRAY,
-        "8UC1": cv2.COLOR_RGB2GRAY,
-    }
-    if encoding in ("yuv422", "uyvy", "yuyv", "yuv422_yuy2"):
-        return rgb_to_yuv422(rgb, uyvy=encoding in ("yuv422", "uyvy"))
-    if encoding in ("nv12", "nv21"):
-        return rgb_to_nv(rgb, uv_order=encoding == "nv12")[:, :, None]
-    if encoding in BAYER_SITES:
+    layout = layout_of(encoding)  # FrameError (a ValueError) naming the supported encodings
+    if layout in ("UYVY", "YUYV"):
+        return rgb_to_yuv422(rgb, uyvy=layout == "UYVY")
+    if layout in ("NV12", "NV21"):
+        return rgb_to_nv(rgb, uv_order=layout == "NV12")[:, :, None]
+    if layout.startswith("BAYER_"):
         return rgb_to_bayer(rgb, encoding)[:, :, None]
-    if encoding in ("mono16", "16UC1"):
+    if layout == "GRAY16":
         gray = cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY).astype("<u2") * 257
         return gray.view(np.uint8).reshape(*gray.shape, 2)
-    if encoding not in codes:
-        known = [*codes, "yuv422", "uyvy", "yuyv", "yuv422_yuy2", "nv12", "nv21", *BAYER_SITES, "mono16", "16UC1"]
-        raise ValueError(f"cannot make {encoding!r} frames; choose one of {', '.join(known)}")
-    out = rgb if codes[encoding] is None else cv2.cvtColor(rgb, codes[encoding])
+    if layout not in _FROM_RGB:
+        raise ValueError(f"cannot make {encoding!r} frames: no conversion from RGB to its layout {layout}")
+    code = _FROM_RGB[layout]
+    out = rgb if code is None else cv2.cvtColor(rgb, getattr(cv2, code))
     return out if out.ndim == 3 else out[:, :, None]
 
 
 def rgb_to_bayer(rgb: np.ndarray, encoding: str) -> np.ndarray:
-    """The mosaic a Bayer sensor with this pattern would record of `rgb` (one colour per pixel)."""
-    (ry, rx), (g1y, g1x), (g2y, g2x), (by, bx) = BAYER_SITES[encoding]
+    """The mosaic a Bayer sensor with this pattern would record of `rgb` (one colour per pixel).
+
+    ROS names the pattern by its 2×2 cell, first row then second (bayer_rggb8: R G / G B)."""
+    pattern = layout_of(encoding).removeprefix("BAYER_")
     out = np.empty(rgb.shape[:2], np.uint8)
-    out[ry::2, rx::2] = rgb[ry::2, rx::2, 0]
-    out[g1y::2, g1x::2] = rgb[g1y::2, g1x::2, 1]
-    out[g2y::2, g2x::2] = rgb[g2y::2, g2x::2, 1]
-    out[by::2, bx::2] = rgb[by::2, bx::2, 2]
+    for i, colour in enumerate(pattern):
+        dy, dx = divmod(i, 2)
+        out[dy::2, dx::2] = rgb[dy::2, dx::2, "RGB".index(colour)]
     return out
 
 
@@ -134,6 +141,10 @@ def rgb_to_yuv422(rgb: np.ndarray, uyvy: bool) -> np.ndarray:
     return np.clip(np.round(out), 0, 255).astype(np.uint8).reshape(h, w, 2)
 
 
+#: the encodings a compressed sample frame is made from (colour ones compressed as BGR, mono8 as grey)
+COMPRESSIBLE = ("rgb8", "bgr8", "rgba8", "bgra8", "mono8")
+
+
 def compress_rgb(rgb: np.ndarray, encoding: str, codec: str, quality: int = 90) -> tuple[str, bytes]:
     """(format, data) of a sensor_msgs/CompressedImage as compressed_image_transport (humble) publishes it.
 
@@ -141,16 +152,60 @@ def compress_rgb(rgb: np.ndarray, encoding: str, codec: str, quality: int = 90) 
     mono8 for JPEG and unchanged for PNG (the format then ends in "compressed "): the format
     strings of its compressed_publisher.cpp.
     """
-    if codec not in ("jpeg", "png"):
-        raise ValueError(f"codec must be jpeg or png, got {codec!r}")
-    if encoding in ("rgb8", "bgr8", "rgba8", "bgra8"):
-        img, target = cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), "bgr8"
-    elif encoding == "mono8":
+    if codec not in CODECS:
+        raise ValueError(f"codec must be one of {', '.join(CODECS)}, got {codec!r}")
+    if encoding not in COMPRESSIBLE:
+        raise ValueError(f"compressed sample frames are {', '.join(COMPRESSIBLE)}, not {encoding!r}")
+    if encoding == "mono8":
         img, target = cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY), "mono8" if codec == "jpeg" else ""
     else:
-        raise ValueError(f"compressed sample frames are rgb8, bgr8, rgba8, bgra8 or mono8, not {encoding!r}")
+        img, target = cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), "bgr8"
     params = [cv2.IMWRITE_JPEG_QUALITY, quality] if codec == "jpeg" else [cv2.IMWRITE_PNG_COMPRESSION, 1]
     ok, data = cv2.imencode(".jpg" if codec == "jpeg" else ".png", img, params)
     if not ok:
         raise ValueError(f"OpenCV could not encode a {codec} of a {rgb.shape} image")
     return f"{encoding}; {codec} compressed {target}", data.tobytes()
+
+
+# --- fixtures for the GPU kernel's checks (test_gpu_static, scripts/gpu_check_vision.py) ----------------
+
+
+def every_encoding() -> list[str]:
+    """Every encoding the GPU kernel reads (all of the table's, by their layouts)."""
+    return list(GPU_ENCODINGS)
+
+
+def pack(rgb: np.ndarray, encoding: str, rng: np.random.Generator) -> tuple[np.ndarray, bool]:
+    """RGB (H, W, 3) → the encoding's rows of bytes (rows, row bytes), and whether they are big-endian.
+
+    `convert_rgb`'s bytes, varied where a kernel could wrongly depend on them: the alpha channel is
+    random (it must be ignored), mono16 carries noise below one 8-bit level and comes in a random
+    byte order (the rounding and `is_bigendian` must be honoured)."""
+    layout = layout_of(encoding)
+    if layout == "GRAY16":
+        gray = cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY).astype(np.int64) * 257
+        v = np.clip(gray + rng.integers(-128, 129, gray.shape), 0, 65535).astype(np.uint16)
+        big = bool(rng.integers(0, 2))
+        return v.astype(">u2" if big else "<u2").view(np.uint8).reshape(rgb.shape[0], -1), big
+    px = convert_rgb(rgb, encoding)
+    if layout in ("RGBA", "BGRA"):
+        px = px.copy()
+        px[..., 3] = rng.integers(0, 256, px.shape[:2], dtype=np.uint8)
+    return np.ascontiguousarray(px).reshape(px.shape[0], -1), False
+
+
+def with_pitch(rows: np.ndarray, pad: int) -> tuple[np.ndarray, int]:
+    """Rows padded to step = row bytes + pad: step × rows bytes, as sensor_msgs/Image's data holds
+    ("size is (step * rows)"); the kernel reads only up to the last row's last pixel."""
+    n, row = rows.shape
+    buf = np.zeros((n, row + pad), np.uint8)
+    buf[:, :row] = rows
+    return buf.reshape(-1), row + pad
+
+
+def cpu_reference(raw: np.ndarray, h: int, w: int, step: int, encoding: str, big_endian: bool,
+                  spec: PreprocessSpec) -> np.ndarray:  # fmt: skip
+    """What the CPU path makes of the same bytes: the kernel's reference."""
+    if encoding not in ENCODINGS:
+        raise ValueError(f"{encoding!r} is not an encoding of the table")
+    return CpuPreprocessor(spec)(Frame.from_buffer(raw.tobytes(), h, w, step, encoding, big_endian=big_endian))

@@ -33,8 +33,8 @@ import numpy as np
 from openclaw_vision.preprocess import kernel_plan
 from openclaw_vision.preprocess.cpu import CpuPreprocessor
 from openclaw_vision.preprocess.frame import Frame
-from openclaw_vision.preprocess.pack import cpu_reference, every_encoding, pack, with_pitch
 from openclaw_vision.preprocess.spec import PreprocessSpec
+from openclaw_vision.sample_frames import cpu_reference, every_encoding, pack, with_pitch
 from openclaw_vision.stats import percentiles
 
 SPEC = PreprocessSpec()
@@ -208,7 +208,7 @@ def check_kernel(dry: bool, reference_model: Path | None, build_dir: Path) -> di
         out = to_host(k32, k32.launch(k32.upload(raw, 1080, 1920, step, enc), big))
         out16 = to_host(k16, k16.launch(k16.upload(raw, 1080, 1920, step, enc), big)).astype(np.float32)
         ours.append(out)
-        refs.append(cpu_reference(raw, rows, 1080, 1920, step, enc, big, SPEC))
+        refs.append(cpu_reference(raw, 1080, 1920, step, enc, big, SPEC))
         half_err.append(float(np.abs(out16 - out).max()))
     if reference_model is not None:
         enc_model = ort_encoder(reference_model)

@@ -24,7 +24,7 @@ import numpy as np
 from image_fuzz import ImageCase, generate
 
 from openclaw_vision.ros.cyclone import CycloneTransport
-from openclaw_vision.ros.transport import COMPRESSED_IMAGE, IMAGE, QoS
+from openclaw_vision.ros.types import COMPRESSED_IMAGE, IMAGE, QoS
 
 TOPIC = "/camera/image_raw"
 

@@ -23,16 +23,18 @@ from onnx import external_data_helper, numpy_helper
 from safetensors.torch import save_file
 
 from openclaw_vision.encoders import EncoderError
-from openclaw_vision.encoders.onnxruntime import OnnxRuntimeEncoder, session_options
+from openclaw_vision.encoders.onnxruntime import OnnxRuntimeEncoder
+from openclaw_vision.gate import GateSpec
 from openclaw_vision.models import export as export_mod
 from openclaw_vision.models import onnx_files
 from openclaw_vision.models.checkpoint import load_into
 from openclaw_vision.models.configs import get_config
 from openclaw_vision.models.export import ExportCheckError, export_model, finish_export, torch_export
 from openclaw_vision.models.vit import VisionTransformer
+from openclaw_vision.ortsession import session_options
 from openclaw_vision.quant import calibrate, sensitivity
 from openclaw_vision.quant.calibrate import Range
-from openclaw_vision.quant.evaluate import Evaluator, GateSpec, worst
+from openclaw_vision.quant.evaluate import Evaluator, worst
 from openclaw_vision.quant.graph import quantisable_layers
 from openclaw_vision.quant.qdq import activation_qparams, build_probe_model, probe_outputs, quantise_weight
 
@@ -164,7 +166,9 @@ def test_quantize_streams_an_external_data_model_into_an_external_data_int8_mode
     )
     r = result.as_dict()  # report.json's keys
     assert result.passed and r["int8_files"] == ["tiny.int8.onnx", "tiny.int8.onnx.data"]
-    assert sorted(p.name for p in out.parent.iterdir()) == ["tiny.int8.onnx", "tiny.int8.onnx.data"]  # no scratch
+    # no scratch left; the report folder beside the model holds the re-gate set (gate.REGATE_SET)
+    assert sorted(p.name for p in out.parent.iterdir()) == ["tiny.int8.onnx", "tiny.int8.onnx.data", "tiny.int8.report"]
+    assert [p.name for p in (out.parent / "tiny.int8.report").iterdir()] == ["regate.npz"]
     assert onnx_files.read_metadata(out)["external_data"] == "tiny.int8.onnx.data"
     enc = OnnxRuntimeEncoder(out)
     assert enc.precision == "int8" and json.loads(enc.session.get_modelmeta().custom_metadata_map["quant_gate"])
@@ -218,9 +222,9 @@ def test_the_probe_measures_each_layers_own_output_error(tiny_model):
 
 
 def test_local_sensitivity_finds_the_layer_reading_an_outlier_channel(tmp_path):
-    from openclaw_vision.encoders.onnxruntime import session
     from openclaw_vision.models.checkpoint import build_model
     from openclaw_vision.models.export import export_onnx
+    from openclaw_vision.ortsession import session
 
     model, model_id = build_model("tiny", seed=0)
     with torch.no_grad():

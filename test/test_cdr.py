@@ -127,7 +127,7 @@ def test_cyclone_transport_hands_over_views_and_publishes_raw_bytes(dds_domain, 
     zero_copy: dds_takecdr's reference into Cyclone's sample; else the binding's copying take.
     """
     from openclaw_vision.ros import cyclone
-    from openclaw_vision.ros.transport import COMPRESSED_IMAGE, IMAGE, QoS
+    from openclaw_vision.ros.types import COMPRESSED_IMAGE, IMAGE, QoS
 
     if not zero_copy:
         monkeypatch.setattr(cyclone, "_ddsc", lambda: None)

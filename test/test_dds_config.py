@@ -37,16 +37,15 @@ def test_receive_buffer_warning_names_the_fix():
 def test_rclpy_under_localhost_only_gets_our_config_without_its_interface(caplog):
     env = {"CYCLONEDDS_URI": LOOPBACK, "ROS_LOCALHOST_ONLY": "1"}
     with caplog.at_level(logging.INFO):
-        dds_config.for_rclpy(env)
-    inline = env["CYCLONEDDS_URI"]
+        inline = dds_config.for_rclpy(env)
+    assert env == {"CYCLONEDDS_URI": LOOPBACK, "ROS_LOCALHOST_ONLY": "1"}  # read, never written
     assert inline.startswith("<") and "NetworkInterface" not in inline
-    root = ET.fromstring(inline[inline.index("<CycloneDDS"):])  # the same file otherwise: still one peer, no multicast
+    root = ET.fromstring(inline[inline.index("<CycloneDDS") :])  # the same file otherwise: still one peer, no multicast
     assert root.find(".//{https://cdds.io/config}Peer").get("address") == "127.0.0.1"
     assert dds_config.DdsConfig.read(inline).receive_buffer == 32 * 2**20
     assert "given to rmw without its <Interfaces>" in caplog.text
-    untouched = {"CYCLONEDDS_URI": LOOPBACK}
-    dds_config.for_rclpy(untouched)  # without ROS_LOCALHOST_ONLY the file names lo, as it must
-    assert untouched["CYCLONEDDS_URI"] == LOOPBACK
+    # without ROS_LOCALHOST_ONLY the file names lo, as it must: nothing to change
+    assert dds_config.for_rclpy({"CYCLONEDDS_URI": LOOPBACK}) is None
 
 
 def test_a_users_config_that_names_an_interface_gets_one_line(tmp_path, caplog):
@@ -55,8 +54,7 @@ def test_a_users_config_that_names_an_interface_gets_one_line(tmp_path, caplog):
                     "</General></Domain></CycloneDDS>")  # fmt: skip
     env = {"CYCLONEDDS_URI": mine.as_uri(), "ROS_LOCALHOST_ONLY": "1"}
     with caplog.at_level(logging.INFO):
-        dds_config.for_rclpy(env)
-    assert env["CYCLONEDDS_URI"] == mine.as_uri()
+        assert dds_config.for_rclpy(env) is None  # left as it is
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert len(errors) == 1 and "unset ROS_LOCALHOST_ONLY" in errors[0].getMessage()
     assert "eth0" in errors[0].getMessage()
@@ -68,18 +66,19 @@ def test_pip_path_honours_localhost_only_as_rmw_does():
     assert uri == f"{dds_config.LOCALHOST_FRAGMENT},{ROBOT}" and dds_config.DdsConfig.read(uri).interfaces == (
         "127.0.0.1",
     )
-    assert dds_config.for_cyclone(env) == uri  # a second participant: not added twice
+    assert env["CYCLONEDDS_URI"] == ROBOT  # read, never written
+    # a child that inherits the result as its CYCLONEDDS_URI: not added twice
+    assert dds_config.for_cyclone({"CYCLONEDDS_URI": uri, "ROS_LOCALHOST_ONLY": "1"}) == uri
     lo = {"CYCLONEDDS_URI": LOOPBACK, "ROS_LOCALHOST_ONLY": "1"}
     assert dds_config.for_cyclone(lo) == LOOPBACK  # names lo already: cyclonedds-python adds nothing itself
     unset: dict[str, str] = {}
     uri = dds_config.for_cyclone(unset)  # nothing chosen: the shipped loopback file
-    assert unset["CYCLONEDDS_URI"] == uri and uri.endswith("/config/cyclonedds-loopback.xml")
+    assert unset == {} and uri == dds_config.chosen_uri(unset) and uri.endswith("/config/cyclonedds-loopback.xml")
     assert dds_config.DdsConfig.read(uri).interfaces == ("lo",)
 
 
 def test_a_copy_of_our_config_is_ours(tmp_path):
     copy = tmp_path / "lo.xml"
     copy.write_bytes((ROOT / "config" / "cyclonedds-loopback.xml").read_bytes())
-    env = {"CYCLONEDDS_URI": copy.as_uri(), "ROS_LOCALHOST_ONLY": "1"}
-    dds_config.for_rclpy(env)
-    assert env["CYCLONEDDS_URI"].startswith("<CycloneDDS") and "NetworkInterface" not in env["CYCLONEDDS_URI"]
+    uri = dds_config.for_rclpy({"CYCLONEDDS_URI": copy.as_uri(), "ROS_LOCALHOST_ONLY": "1"})
+    assert uri.startswith("<CycloneDDS") and "NetworkInterface" not in uri

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -64,11 +66,27 @@ def test_visual_features_and_diagnostics_cdr_match_rosbags():
 
 @pytest.mark.dds
 def test_transport_applies_the_loopback_config_when_none_is_set(monkeypatch, dds_domain):
-    from openclaw_vision.ros.cyclone import CycloneTransport
-
-    monkeypatch.delenv("CYCLONEDDS_URI")
-    t = CycloneTransport("probe")
+    """Without CYCLONEDDS_URI the pip path runs on the shipped loopback config, given to its domain: this
+    process's environment (what a child started next inherits) is left as it was."""
     import os
 
-    assert os.environ["CYCLONEDDS_URI"].endswith("config/cyclonedds-loopback.xml")
-    t.close()
+    from openclaw_vision.ros.cyclone import CycloneTransport
+    from openclaw_vision.ros.types import STRING, QoS
+
+    monkeypatch.delenv("CYCLONEDDS_URI")
+    a, b = CycloneTransport("probe_a"), CycloneTransport("probe_b")
+    try:
+        assert a.uri.endswith("config/cyclonedds-loopback.xml") and "CYCLONEDDS_URI" not in os.environ
+        got = []
+        sub = b.subscribe("/probe", STRING, QoS("reliable", 10), lambda msg, _dt: got.append(msg.data))
+        pub = a.publisher("/probe", STRING, QoS("reliable", 10))
+        deadline = time.monotonic() + 20
+        while not (pub.matched() and sub.matched()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        pub.publish(a.msg(STRING)(data="over lo"))
+        while not got and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert got == ["over lo"]  # two transports of one process share the domain made with that config
+    finally:
+        a.close()
+        b.close()

@@ -203,13 +203,13 @@ LLAMACPP_ISAS = {"AVX2": ("avx2", "AVX2"), "AVX512_VNNI": ("avx512_vnni", "AVX51
 def test_llamacpp_is_compiled_for_this_cpus_isa_without_amx(isa):
     """The installed build runs this CPU's highest vector class (AVX2 or AVX-512 VNNI) and never AMX on any
     CPU (`make llamacpp`'s -mno-amx-*: ggml's AMX path dies with SIGILL on AMX Xeons)."""
-    from openclaw_vision.vlm.probe import cpu_features
+    from openclaw_vision import cpu
 
     system_info = llamacpp._lib().llama_print_system_info().decode()
     if isa == "AMX":
         assert "AMX_INT8 = 1" not in system_info, f"built with ggml's AMX kernels: {system_info}"
         return
-    flags = cpu_features().split()
+    flags = cpu.flags()
     have = [c for c, (flag, _) in LLAMACPP_ISAS.items() if flag in flags]
     if isa not in have:
         pytest.skip(f"this CPU has no {isa}")

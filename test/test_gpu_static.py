@@ -34,12 +34,11 @@ from openclaw_vision.preprocess import kernel_plan
 from openclaw_vision.preprocess.cpu import CpuPreprocessor
 from openclaw_vision.preprocess.cuda import SOURCE, compile_options, kernel_source
 from openclaw_vision.preprocess.cuda import shim as shimmod
-from openclaw_vision.preprocess.encodings import ENCODINGS, FrameError
+from openclaw_vision.preprocess.encodings import FrameError
 from openclaw_vision.preprocess.frame import Frame
 from openclaw_vision.preprocess.kernel_plan import encoding_code, plan_job
-from openclaw_vision.preprocess.pack import cpu_reference, every_encoding, opencv_rgb, pack, with_pitch
 from openclaw_vision.preprocess.spec import PreprocessSpec
-from openclaw_vision.sample_frames import pan_frames
+from openclaw_vision.sample_frames import cpu_reference, every_encoding, pack, pan_frames, with_pitch
 
 pytestmark = pytest.mark.gpu_static
 
@@ -60,7 +59,7 @@ def _need(module: str):
         pytest.fail(f"{module} is missing: `make setup` installs what the gpu_static tests need")
 
 
-# --- frames of every encoding (preprocess/pack.py) -----------------------------------------------
+# --- frames of every encoding (sample_frames.pack) -------------------------------------------------
 
 
 def levels(t: np.ndarray, spec=SPEC) -> np.ndarray:
@@ -152,11 +151,7 @@ def test_decoding_is_opencv_bit_for_bit_for_every_encoding(shim_exe, h, w, pad):
         raw, step = with_pitch(rows, pad)
         nbytes = kernel_plan.raw_nbytes(hh, ww, step, enc)
         jobs.append(shimmod.decode_job(hh, ww, step, code, nbytes, raw, big))
-        if enc in ENCODINGS:
-            ref = Frame.from_buffer(raw.tobytes(), hh, ww, step, enc, big_endian=big).to_rgb()
-        else:
-            ref = opencv_rgb(rows, enc, big)
-        refs.append((enc, ref))
+        refs.append((enc, Frame.from_buffer(raw.tobytes(), hh, ww, step, enc, big_endian=big).to_rgb()))
     for out, (enc, ref) in zip(shimmod.run(shim_exe, jobs), refs, strict=True):
         got = np.frombuffer(out, np.uint8).reshape(ref.shape)
         bad = np.argwhere(got != ref)
@@ -176,7 +171,7 @@ def test_kernel_matches_the_cpu_path_at_1080p_for_every_encoding(shim_exe, tiny_
         raw, step = with_pitch(rows, 7)
         job = plan_job(1080, 1920, step, enc, SPEC, raw.size)
         jobs.append(shimmod.preprocess_job(job, raw, big, half=False))
-        refs.append(cpu_reference(raw, rows, 1080, 1920, step, enc, big, SPEC))
+        refs.append(cpu_reference(raw, 1080, 1920, step, enc, big, SPEC))
     outs = [np.frombuffer(o, np.float32).reshape(3, 224, 224) for o in shimmod.run(shim_exe, jobs)]
     enc_model = OnnxRuntimeEncoder(tiny_model, threads=2)
     a = enc_model.encode(np.stack(outs)).vectors
@@ -210,7 +205,7 @@ def test_kernel_matches_the_cpu_path_at_odd_sizes_and_pitches(shim_exe, h, w, pa
         raw, step = with_pitch(rows, pad)
         job = plan_job(hh, ww, step, enc, spec, raw.size)
         jobs.append(shimmod.preprocess_job(job, raw, big, half=False))
-        refs.append((enc, cpu_reference(raw, rows, hh, ww, step, enc, big, spec)))
+        refs.append((enc, cpu_reference(raw, hh, ww, step, enc, big, spec)))
     for out, (enc, ref) in zip(shimmod.run(shim_exe, jobs), refs, strict=True):
         got = np.frombuffer(out, np.float32).reshape(3, size, size)
         d = np.abs(levels(got, spec) - levels(ref, spec))
@@ -620,7 +615,10 @@ class _FakeEncoder:
     model_id, embed_dim, image_size, precision = "fake", 32, 224, "fp16"
 
     def __init__(self, backend):
+        from openclaw_vision.encoders.base import ModelInfo
+
         self.backend = backend
+        self.info = ModelInfo(self.model_id, self.precision, self.image_size, self.embed_dim)
 
 
 def test_auto_probes_do_not_import_torch_without_a_gpu():
@@ -641,8 +639,8 @@ def test_torch_graph_runs_our_onnx_as_onnx_runtime_does(tiny_model, int8_model):
     import onnxruntime as ort
     import torch
 
-    from openclaw_vision.encoders.onnxruntime import session_options
     from openclaw_vision.encoders.torch_onnx import OnnxTorchGraph
+    from openclaw_vision.ortsession import session_options
 
     x = np.stack([CpuPreprocessor()(Frame.from_rgb(f)) for f in pan_frames(3, 640, 480)])
     for path, dtype, min_cos in [

@@ -11,7 +11,7 @@ import pytest
 from dds_helpers import Inbox, wait_until
 
 from openclaw_vision.ros.process import NodeProcess
-from openclaw_vision.ros.transport import DEFAULT, DIAGNOSTIC_ARRAY, HEADER, STRING, TIME, VISUAL_FEATURES, QoS
+from openclaw_vision.ros.types import DEFAULT, DIAGNOSTIC_ARRAY, HEADER, STRING, TIME, VISUAL_FEATURES, QoS
 from openclaw_vision.text.encoder import TextEncoder
 
 pytestmark = pytest.mark.dds

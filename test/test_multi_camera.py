@@ -22,11 +22,11 @@ from dds_helpers import Inbox, wait_until
 
 from openclaw_vision.config import ConfigError, EncoderConfig, from_sources
 from openclaw_vision.encoders.onnxruntime import OnnxRuntimeEncoder
+from openclaw_vision.gate import GateSpec
 from openclaw_vision.pipeline import FramePipeline
 from openclaw_vision.preprocess.compressed import CompressedFrame
 from openclaw_vision.preprocess.encodings import FrameError
 from openclaw_vision.preprocess.frame import Frame
-from openclaw_vision.quant.evaluate import GateSpec
 from openclaw_vision.ros.encoder_node import camera_specs
 from openclaw_vision.sample_frames import compress_rgb, convert_rgb, pan_frames
 
@@ -62,7 +62,7 @@ def _encoders(tiny_model, int8_model):
         ("onnxruntime fp32", OnnxRuntimeEncoder(tiny_model, threads=1), 0.99999),
         ("openvino fp32", OpenVinoEncoder(tiny_model, threads=1), 0.99999),
         ("onnxruntime int8", OnnxRuntimeEncoder(int8_model, threads=1), GateSpec().min_cosine),
-        ("openvino int8", OpenVinoEncoder(int8_model, threads=1, gate="ignore"), GateSpec().min_cosine),
+        ("openvino int8", OpenVinoEncoder(int8_model, threads=1), GateSpec().min_cosine),
     ]
 
 
@@ -224,6 +224,41 @@ def test_three_cameras_one_node_each_gets_its_features_headers_and_counts(tiny_m
             frame = (CompressedFrame if cam == REAR else Frame).from_message(msg)
             alone = pipe.encode(frame).vectors[0]
             assert float(np.dot(alone, feat.embedding)) >= 0.99999, cam
+
+
+def test_replay_finds_a_cameras_features_topic_by_the_nodes_rule():
+    from openclaw_vision.ros.replay import features_topics
+
+    assert features_topics("/cam0/image_raw") == ("/cam0/visual_features", "/visual_features")
+    assert features_topics("/cam0/image_raw/compressed") == ("/cam0/visual_features", "/visual_features")
+    assert features_topics("/image_raw") == ("/image_raw/visual_features", "/visual_features")
+
+
+@pytest.mark.dds
+def test_replay_of_one_cameras_bag_into_a_multi_camera_node(tiny_model, dds_domain, tmp_path):
+    """`replay BAG` of a /cam0 bag (no --features-topic) against a node with --image-topics /cam0 /cam1: the
+    replay finds /cam0/visual_features (the node's features_pattern) by itself and accounts for every frame."""
+    from openclaw_vision.bags import write_sample_bag
+    from openclaw_vision.ros.cyclone import CycloneTransport
+    from openclaw_vision.ros.process import NodeProcess
+    from openclaw_vision.ros.replay import ReplayOptions, replay
+
+    bag = tmp_path / "cam0"
+    write_sample_bag(bag, frames=4, fps=30, width=320, height=240, topic="/cam0/image_raw")
+    node = NodeProcess(
+        ["--model", "tiny", "--model-path", str(tiny_model), "--backend", "onnxruntime", "--threads", "1",
+         "--image-topics", "/cam0/image_raw", "/cam1/image_raw", "--reliability", "reliable",
+         "--diagnostics-period", "0.2", "--transport", "cyclonedds"],
+        log_path=tmp_path / "node.log",
+    )  # fmt: skip
+    t = CycloneTransport("test_replay")
+    try:
+        summary = replay(ReplayOptions(bag=bag, rate=0, lockstep=True, discovery_timeout=90), t)
+    finally:
+        t.close()
+        node.stop()
+    assert summary["features_topic"] == "/cam0/visual_features" and summary["image_topic"] == "/cam0/image_raw"
+    assert summary["sent"] == summary["features_received"] == 4 and summary["accounted"], (summary, node.log_text())
 
 
 class SlowEncoder:

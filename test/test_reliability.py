@@ -40,7 +40,7 @@ from openclaw_vision.ros.convert import stamp_to_ns
 from openclaw_vision.ros.diagnostics import status_values
 from openclaw_vision.ros.encoder_node import COUNTS, STATUS_NAME
 from openclaw_vision.ros.process import NodeProcess
-from openclaw_vision.ros.transport import COMPRESSED_IMAGE, DIAGNOSTIC_ARRAY, IMAGE, VISUAL_FEATURES, QoS
+from openclaw_vision.ros.types import COMPRESSED_IMAGE, DIAGNOSTIC_ARRAY, IMAGE, VISUAL_FEATURES, QoS
 
 pytestmark = [pytest.mark.reliability, pytest.mark.dds]
 
@@ -564,7 +564,7 @@ _PUBLISHER = """
 import sys, time
 import numpy as np
 from openclaw_vision.ros.cyclone import CycloneTransport
-from openclaw_vision.ros.transport import IMAGE, QoS
+from openclaw_vision.ros.types import IMAGE, QoS
 t = CycloneTransport("doomed_publisher")
 Image, Header = t.msg(IMAGE), t.msg("std_msgs/msg/Header")
 pub = t.publisher("/camera/image_raw", IMAGE, QoS("reliable", 10, "keep_all"))

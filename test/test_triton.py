@@ -104,6 +104,30 @@ def test_a_server_with_other_weights_is_refused_at_start(server, tmp_path):
         create_encoder("triton", other, options=EncoderOptions(triton_url="127.0.0.1:1", triton_timeout=1.0))
 
 
+def test_the_served_models_verdict_decides_whether_an_int8_model_runs(tiny_model, tmp_path, caplog):
+    """The gate wrapper judges a served INT8 model by the verdict the server put in its config parameters
+    (the one its own gate ran it by): a passing one runs under require; none is refused under require and
+    run with a warning when triton is named (warn)."""
+    from openclaw_vision.encoders import BackendUnsuitable, backends
+
+    here = {"passed": True, "mean_cosine": 0.9999, "isa": backends.get("onnxruntime").isa()}
+    for name, gates in (("gated", {"onnxruntime": here}), ("ungated", {})):
+        (tmp_path / name).mkdir()
+        model = _int8_copy(tiny_model, tmp_path / name / "tiny.int8.onnx", gates)
+        port = free_port()
+        with serve(model, port, tmp_path / f"{name}.log"):
+            if gates:
+                enc = create_encoder("triton", model, options=options(port, gate="require"))
+                assert enc.precision == "int8" and enc.gate_verdict.passed
+                enc.close()
+                continue
+            with pytest.raises(BackendUnsuitable, match=r"has no accuracy-gate verdict for triton"):
+                create_encoder("triton", model, options=options(port, gate="require"))
+            with caplog.at_level(logging.WARNING, logger="openclaw_vision.encoders.gating"):
+                create_encoder("triton", model, options=options(port)).close()
+            assert "no accuracy-gate verdict for triton" in caplog.text
+
+
 # --- the encoder node with backend triton, over loopback DDS ------------------------------------------
 class Camera:
     """Sends small rgb8 frames to one node's image topic, one at a time (the test waits for each)."""
@@ -299,7 +323,8 @@ def test_triton_repo_writes_configs_that_tritons_own_definition_parses(tiny_mode
     written = {w["model"]: w for w in res["written"]}
     assert set(written) == {"tiny_fp32", "tiny_fp32_openvino", "tiny_fp32_tensorrt", "tiny_int8"}
     skipped = {s["model"]: s["why"] for s in res["skipped"]}
-    assert skipped["tiny_int8_openvino"] == "tiny@random-seed0 (INT8) failed its accuracy gate on openvino"
+    failed = "tiny@random-seed0 (INT8) failed its accuracy gate on openvino (ISA not recorded)"
+    assert skipped["tiny_int8_openvino"] == failed
     assert skipped["tiny_int8_tensorrt"] == "tiny@random-seed0 (INT8) was not gated on tensorrt"
     for name in written:
         cfg = _parse(tmp_path / "repo" / name / "config.pbtxt")

@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from openclaw_vision.gate import GateSpec
 from openclaw_vision.quant import crossmodal
-from openclaw_vision.quant.evaluate import GateSpec, compare, worst
+from openclaw_vision.quant.evaluate import compare, worst
 from openclaw_vision.text.encoder import TextEncoder
 from openclaw_vision.text.zero_shot import (
     LabelError,
@@ -101,6 +102,28 @@ def test_label_command_scores_every_frame_of_a_bag(tiny_model, tiny_text_model, 
     assert "the labels are noise; the pipeline is real" in res.stderr
 
 
+def test_label_reads_a_bag_file_and_names_the_cameras_when_it_cannot_choose(sample_bag, tmp_path):
+    """label's bag reading is bags.camera_source: a single .mcap file is a bag; two cameras and no --topic
+    is a clear error naming them."""
+    import shutil
+
+    from openclaw_vision import bags
+    from openclaw_vision.tools.label import ToolError, iter_bag_frames
+
+    [mcap] = sample_bag.glob("*.mcap")
+    alone = shutil.copy(mcap, tmp_path / "alone.mcap")
+    assert [f.stamp_ns for f in iter_bag_frames(alone, None, limit=2)] == [
+        f.stamp_ns for f in iter_bag_frames(sample_bag, None, limit=2)
+    ]
+    two = tmp_path / "two"
+    with bags.BagWriter(two) as bag:
+        for topic in ("/front/image_raw", "/rear/image_raw"):
+            bag.write(topic, bags.IMAGE_TYPE, 1, bags.serialize_image(np.zeros((4, 4, 3), np.uint8), "rgb8", 1))
+    with pytest.raises(ToolError, match=r"2 cameras \(/front/image_raw .*/rear/image_raw .*name the topic"):
+        list(iter_bag_frames(two, None))
+    assert len(list(iter_bag_frames(two, "/rear/image_raw"))) == 1
+
+
 def test_label_command_refuses_a_text_model_of_other_weights(tiny_text_model, sample_bag, tmp_path):
     from openclaw_vision.models.export import export_model
 
@@ -148,7 +171,7 @@ def _frames(*cosines: list[float]) -> np.ndarray:
 
 def test_the_zero_shot_term_judges_ties_by_the_fp32_margin():
     """A frame agrees when INT8 picks FP32's label, or another one FP32 scored within INT8's perturbation of
-    the frame's other labels (the tie rule, `evaluate.top1_agreement`)."""
+    the frame's other labels (the tie rule, `numerics.top1_agreement`)."""
     text = crossmodal.TextReference(("a", "b", "c", "d", "e"), np.eye(5, 8), 100.0, "m@1", path="")
     cases = {  # FP32 cosines with a..e, INT8 cosines, agreement
         "exact tie": ([0.5, 0.5, 0.1, 0.2, 0.3], [0.499, 0.501, 0.1005, 0.1995, 0.3], 1.0),

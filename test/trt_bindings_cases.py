@@ -385,3 +385,29 @@ def test_build_engine_command_checks_the_model_builds_and_reports(fake, qdq_mode
     onnx.save(m, str(bad))
     assert trtmod.build_engine_cli(bad, BuildOptions(), tmp_path, False, out) == 1
     assert "zero point [3] is not 0" in capsys.readouterr().err
+
+
+# --- the INT8 gate through the tensorrt row's build step ---------------------------------------------
+
+
+def test_the_gate_wrapper_refuses_an_int8_engine_never_gated_on_tensorrt(fake, qdq_model, tmp_path, caplog):
+    """`backend: auto` (require) never runs an INT8 model on TensorRT that was not gated there; an explicit
+    choice (warn) runs it with the reason logged; a passing tensorrt verdict runs under require."""
+    import json
+    from dataclasses import replace
+
+    from openclaw_vision import gate
+    from openclaw_vision.encoders import BackendUnsuitable, backends
+    from openclaw_vision.encoders.options import EncoderOptions
+
+    row = replace(backends.get("tensorrt"), build=lambda path, o: _encoder(fake, path, tmp_path)[0])
+    with pytest.raises(BackendUnsuitable, match=r"qdq-test@0 \(INT8\) has no accuracy-gate verdict for tensorrt"):
+        row.open(qdq_model, EncoderOptions(gate="require"))
+    with caplog.at_level(logging.WARNING, logger="openclaw_vision.encoders.gating"):
+        assert row.open(qdq_model, EncoderOptions(gate="warn")).precision == "int8"
+    assert "no accuracy-gate verdict for tensorrt" in caplog.text
+    model = onnx.load(str(qdq_model))
+    model.metadata_props.add(key=gate.RUNTIMES_KEY, value=json.dumps({"tensorrt": {"passed": True, "mean_cosine": 1}}))
+    gated = tmp_path / "gated.int8.onnx"
+    onnx.save(model, str(gated))
+    assert row.open(gated, EncoderOptions(gate="require")).model_id == "qdq-test@0"

@@ -22,26 +22,32 @@ from __future__ import annotations
 
 import contextlib
 import json
-import subprocess
+import logging
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import bags
+from .. import bags, children
+from .goals import CAMERAS_GOAL_N, GOALS, row
 
+log = logging.getLogger(__name__)
+
+#: the camera counts measured by default (`bench --cameras`)
 CAMERA_COUNTS = (1, 2, 4, 8)
 FPS = 30.0
-GOAL_N = 4
-GOALS = {"fps_ratio": 1.3, "rss_ratio": 1.3, "min_share": 0.8}
 PLAYER_FRAMES = 8  # distinct frames per camera in the player's memory (1080p rgb8: 6 MB each)
 
 
 def topics(n: int, compressed: bool) -> list[tuple[str, str]]:
-    """(image topic, features topic) of camera k: /cam<k>/image_raw[/compressed] → /cam<k>/visual_features."""
-    suffix = "/compressed" if compressed else ""
-    return [(f"/cam{k}/image_raw{suffix}", f"/cam{k}/visual_features") for k in range(n)]
+    """(image topic, features topic) of camera k: /cam<k>/image_raw[/compressed] → /cam<k>/visual_features
+    (the multi-camera node's rule, given to the single-camera nodes as their --features-topic)."""
+    from ..config import EncoderConfig
+    from ..ros.encoder_node import camera_features_topic
+
+    images = [f"/cam{k}/image_raw{bags.COMPRESSED_SUFFIX if compressed else ''}" for k in range(n)]
+    return [(image, camera_features_topic(image, EncoderConfig.features_pattern)) for image in images]
 
 
 # --- the player (its own process) -----------------------------------------------------------------
@@ -53,8 +59,9 @@ def play(bag: Path, n: int, fps: float, seconds: float, compressed: bool, out: P
     from ..ros.cyclone import CycloneTransport
     from ..ros.types import COMPRESSED_IMAGE, IMAGE, QoS
 
-    kind = bags.COMPRESSED_IMAGE_TYPE if compressed else bags.IMAGE_TYPE
-    frames = [m.raw for m, _ in zip(bags.read_messages(bag, kind), range(PLAYER_FRAMES), strict=False)]
+    source = bags.camera_source(bag)
+    messages = bags.read_messages(bag, source.msgtype, source.topic)
+    frames = [m.raw for m, _ in zip(messages, range(PLAYER_FRAMES), strict=False)]
     t = CycloneTransport("camera_player")
     pubs = [
         t.publisher(topic, COMPRESSED_IMAGE if compressed else IMAGE, QoS("best_effort", 1))
@@ -109,42 +116,51 @@ class _Features:
 
 
 class _Usage:
-    """CPU seconds and RSS of a set of processes over a window (psutil)."""
+    """CPU seconds and RSS of a set of processes over a window (psutil), sampled on a thread until `stop`."""
 
     def __init__(self, pids: list[int]) -> None:
         import psutil
 
         self.procs = [psutil.Process(p) for p in pids]
         self.rss_peak = [0] * len(pids)
+        self._cpu_last = [0.0] * len(pids)
         self._stop = threading.Event()
         self._cpu0 = self._t0 = 0.0
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
 
     def _cpu(self) -> float:
-        total = 0.0
-        for p in self.procs:
+        import psutil
+
+        for i, p in enumerate(self.procs):
             try:
                 c = p.cpu_times()
-                total += c.user + c.system
-            except Exception:  # ended
-                pass
-        return total
+                self._cpu_last[i] = c.user + c.system
+            except psutil.NoSuchProcess:  # its last reading stands: what it used before it ended
+                log.warning("node process %d ended during the measurement", p.pid)
+        return sum(self._cpu_last)
 
     def _sample(self) -> None:
+        import psutil
+
         while not self._stop.wait(0.2):
             for i, p in enumerate(self.procs):
-                with contextlib.suppress(Exception):
+                try:
                     self.rss_peak[i] = max(self.rss_peak[i], p.memory_info().rss)
+                except psutil.NoSuchProcess:  # its peak so far stands (_cpu says that it ended)
+                    continue
 
     def begin(self) -> None:
         self._cpu0, self._t0 = self._cpu(), time.monotonic()
 
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
     def end(self) -> dict:
         cpu = self._cpu() - self._cpu0
         wall = time.monotonic() - self._t0
-        self._stop.set()
-        self._thread.join()
+        self.stop()
         return {
             "cpu_percent": round(100 * cpu / max(wall, 1e-9), 1),
             "rss_mb": round(sum(self.rss_peak) / 2**20, 1),
@@ -153,131 +169,107 @@ class _Usage:
 
 
 def _node_args(model: str, model_path: Path, backend: str, stats: Path) -> list[str]:
-    return [
-        "--model",
-        model,
-        "--model-path",
-        str(model_path),
-        "--backend",
-        backend,
-        "--transport",
-        "cyclonedds",
-        "--diagnostics-period",
-        "1.0",
-        "--stats-json",
-        str(stats),
-    ]
+    return ["--model", model, "--model-path", str(model_path), "--backend", backend, "--transport", "cyclonedds",
+            "--diagnostics-period", "1.0", "--stats-json", str(stats)]  # fmt: skip
+
+
+def _launches(setup: str, cams: list[tuple[str, str]], args, trial: Path) -> list[list[str]]:
+    """Each node's command line: one multi-camera node, or one node per camera (`--image-topic` of its own)."""
+    if setup == "multi":
+        base = _node_args(args.model, args.int8_model_path, args.backend, trial / "stats0.json")
+        return [[*base, "--image-topics", *(t for t, _ in cams)]]
+    launches = []
+    for k, (image, feats) in enumerate(cams):
+        one = _node_args(args.model, args.int8_model_path, args.backend, trial / f"stats{k}.json")
+        if image.endswith("/compressed"):
+            one += ["--image-transport", "compressed"]
+        launches.append([*one, "--image-topic", image.removesuffix("/compressed"), "--features-topic", feats])
+    return launches
+
+
+@dataclass
+class _Window:
+    """What one trial measured while the player played: the window (stamp ns), CPU and RSS, the player's counts."""
+
+    t_start: int
+    window0: int
+    window1: int
+    used: dict
+    player_cpu: float | None
+    played: dict
+
+
+def _play(what: str, n: int, args, bag: Path, trial: Path, nodes: list, usage: _Usage,
+          stack: contextlib.ExitStack) -> _Window:  # fmt: skip
+    """Start the player once every node publishes, measure the window, then stop the nodes (their stats files)."""
+    import psutil
+
+    out = trial / "player.json"
+    argv = children.python("-m", "openclaw_vision.bench.cameras", "play", str(bag), str(n), str(FPS),
+                           str(args.warmup + args.seconds), args.camera_transport, str(out))  # fmt: skip
+    player = stack.enter_context(children.Child(argv, log_path=trial / "player.log", stdout_pipe=True))
+    if player.proc.stdout.readline().strip() != "ready":
+        raise RuntimeError(f"{what}: the player found no node ({player.how}): {player.log_text()[-1500:]}")
+    pproc = psutil.Process(player.pid)
+    t_start = time.time_ns()
+    time.sleep(args.warmup)
+    window0, p_cpu0 = time.time_ns(), sum(pproc.cpu_times()[:2])
+    usage.begin()
+    time.sleep(args.seconds)
+    window1 = time.time_ns()
+    used = usage.end()
+    try:
+        p_cpu = 100 * (sum(pproc.cpu_times()[:2]) - p_cpu0) / args.seconds
+    except psutil.NoSuchProcess:
+        p_cpu = None  # the player ended before the window did: no reading (the table shows None)
+    if player.wait(timeout=60) is None:
+        raise RuntimeError(f"{what}: the player did not finish within 60 s of its window")
+    time.sleep(1.5)  # the last frames' features
+    for p in nodes:
+        p.stop()  # each writes its --stats-json on the way out
+    return _Window(t_start, window0, window1, used, p_cpu, json.loads(out.read_text()))
 
 
 def run_setup(setup: str, n: int, args, bag: Path, work: Path) -> dict:
-    """One trial: the nodes of `setup` (multi: one node, single: n nodes), the player, the counts."""
+    """One trial: the nodes of `setup` (multi: one node, single: n nodes), the player, the counts.
+
+    Everything started here (this process's transport, the nodes, the player, the sampling thread)
+    is stopped on the way out whatever fails, nodes and player before the transport."""
     from ..ros.cyclone import CycloneTransport
     from ..ros.process import NodeProcess
     from ..ros.types import VISUAL_FEATURES, QoS
-    from ..stats import percentiles
 
     cams = topics(n, args.camera_transport == "compressed")
     trial = work / f"{setup}{n}"
     trial.mkdir(parents=True, exist_ok=True)
-    base = _node_args(args.model, args.int8_model_path, args.backend, trial / "stats0.json")
-    if setup == "multi":
-        launches = [[*base, "--image-topics", *(t for t, _ in cams)]]
-    else:
-        launches = []
-        for k, (image, feats) in enumerate(cams):
-            one = _node_args(args.model, args.int8_model_path, args.backend, trial / f"stats{k}.json")
-            if image.endswith("/compressed"):
-                one += ["--image-transport", "compressed"]
-            launches.append([*one, "--image-topic", image.removesuffix("/compressed"), "--features-topic", feats])
     feats = _Features(n)
-    t = CycloneTransport("camera_bench")
-    subs = [t.subscribe(f, VISUAL_FEATURES, QoS("reliable", 100), feats.callback(k)) for k, (_, f) in enumerate(cams)]
-    nodes = [NodeProcess(a, log_path=trial / f"node{i}.log") for i, a in enumerate(launches)]
-    player = None
-    try:
-        usage = _Usage([p.proc.pid for p in nodes])
+    with contextlib.ExitStack() as stack:
+        t = CycloneTransport("camera_bench")
+        stack.callback(t.close)
+        subs = [t.subscribe(f, VISUAL_FEATURES, QoS("reliable", 100), feats.callback(k))
+                for k, (_, f) in enumerate(cams)]  # fmt: skip
+        nodes = []
+        for i, argv in enumerate(_launches(setup, cams, args, trial)):
+            nodes.append(NodeProcess(argv, log_path=trial / f"node{i}.log"))
+            stack.callback(nodes[-1].stop)
+        usage = _Usage([p.proc.pid for p in nodes])  # from the start: the peak RSS includes loading the model
+        stack.callback(usage.stop)
         deadline = time.monotonic() + 180
         while not all(s.matched() for s in subs):  # every node has its model loaded and publishes
             if time.monotonic() > deadline or not all(p.alive() for p in nodes):
                 raise RuntimeError(f"{setup} x{n}: nodes did not start: " + nodes[0].log_text()[-1500:])
             time.sleep(0.1)
-        seconds = args.warmup + args.seconds
-        out = trial / "player.json"
-        player = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "openclaw_vision.bench.cameras",
-                "play",
-                str(bag),
-                str(n),
-                str(FPS),
-                str(seconds),
-                args.camera_transport,
-                str(out),
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert player.stdout is not None
-        if player.stdout.readline().strip() != "ready":
-            raise RuntimeError(f"{setup} x{n}: the player found no node")
-        import psutil
-
-        pproc = psutil.Process(player.pid)
-        t_start = time.time_ns()
-        time.sleep(args.warmup)
-        window0, p_cpu0 = time.time_ns(), sum(pproc.cpu_times()[:2])
-        usage.begin()
-        time.sleep(args.seconds)
-        window1 = time.time_ns()
-        used = usage.end()
-        try:
-            p_cpu = 100 * (sum(pproc.cpu_times()[:2]) - p_cpu0) / args.seconds
-        except psutil.Error:
-            p_cpu = None
-        player.wait(timeout=60)
-        time.sleep(1.5)  # the last frames' features
-        for p in nodes:
-            p.stop()
-        played = json.loads(out.read_text())
-    finally:
-        for p in nodes:
-            p.stop()
-        if player is not None and player.poll() is None:
-            player.kill()
-        t.close()
+        window = _play(f"{setup} x{n}", n, args, bag, trial, nodes, usage, stack)
     stats = [json.loads((trial / f"stats{k}.json").read_text()) for k in range(len(nodes))]
     if setup == "multi":
         per_cam = [stats[0]["cameras"][image] for image, _ in cams]
     else:  # node k serves camera k alone
         per_cam = [next(iter(s["cameras"].values())) for s in stats]
-    rows = []
-    span = (window1 - window0) / 1e9
-    for k, (image, _) in enumerate(cams):
-        c = per_cam[k]
-        got = [(r, s) for r, s in feats.got[k] if s >= t_start]
-        window = [(r, s) for r, s in got if window0 <= s < window1]
-        lat = percentiles([(r - s) / 1e6 for r, s in window], (50, 99))
-        sent = played["sent"][k]
-        rows.append(
-            {
-                "camera": image,
-                "sent": sent,
-                "received": c["received"],
-                "encoded": c["encoded"],
-                "dropped": c["dropped"],
-                "lost": sent - c["received"],
-                "rejected": c["rejected"],
-                "failed": c["failed"],
-                "fps": round(len(window) / span, 2),
-                "p50_ms": round(lat["p50"], 1),
-                "p99_ms": round(lat["p99"], 1),
-                "stages_p50_ms": {s: round(v["p50"], 2) for s, v in c["stages_ms"].items() if v["n"]},
-            }
-        )
+    rows = [_camera_row(image, per_cam[k], feats.got[k], window, window.played["sent"][k])
+            for k, (image, _) in enumerate(cams)]  # fmt: skip
     total = sum(r["fps"] for r in rows)
     mean = total / n
+    played = window.played
     return {
         "setup": setup,
         "cameras": n,
@@ -285,11 +277,34 @@ def run_setup(setup: str, n: int, args, bag: Path, work: Path) -> dict:
         "total_fps": round(total, 2),
         "min_share_of_mean": round(min(r["fps"] for r in rows) / mean, 3) if mean else 0.0,
         "input_fps_per_camera": round(sum(played["sent"]) / n / played["seconds"], 2),
-        "player_cpu_percent": round(p_cpu, 1) if p_cpu is not None else None,
+        "player_cpu_percent": round(window.player_cpu, 1) if window.player_cpu is not None else None,
         "backend": stats[0].get("backend"),
         "max_batch": stats[0].get("max_batch"),
-        **used,
+        **window.used,
         "per_camera": rows,
+    }
+
+
+def _camera_row(image: str, c: dict, got: list[tuple[int, int]], window: _Window, sent: int) -> dict:
+    """One camera's line of the trial: the node's counts for it and the features received in the window."""
+    from ..stats import percentiles
+
+    span = (window.window1 - window.window0) / 1e9
+    inside = [(r, s) for r, s in got if s >= window.t_start and window.window0 <= s < window.window1]
+    lat = percentiles([(r - s) / 1e6 for r, s in inside], (50, 99))
+    return {
+        "camera": image,
+        "sent": sent,
+        "received": c["received"],
+        "encoded": c["encoded"],
+        "dropped": c["dropped"],
+        "lost": sent - c["received"],
+        "rejected": c["rejected"],
+        "failed": c["failed"],
+        "fps": round(len(inside) / span, 2),
+        "p50_ms": round(lat["p50"], 1),
+        "p99_ms": round(lat["p99"], 1),
+        "stages_p50_ms": {s: round(v["p50"], 2) for s, v in c["stages_ms"].items() if v["n"]},
     }
 
 
@@ -330,44 +345,29 @@ def _trial(trials: list[dict], setup: str, n: int) -> dict | None:
 
 
 def goals(trials: list[dict]) -> list[dict]:
-    multi, single, one = _trial(trials, "multi", GOAL_N), _trial(trials, "single", GOAL_N), _trial(trials, "single", 1)
+    n = CAMERAS_GOAL_N
+    multi, single, one = _trial(trials, "multi", n), _trial(trials, "single", n), _trial(trials, "single", 1)
     out = []
     if multi and single:
-        r = round(multi["total_fps"] / max(single["total_fps"], 1e-9), 2)
-        out.append(
-            {
-                "goal": f"N={GOAL_N}: one multi-camera node >= {GOALS['fps_ratio']}x the frames/s of "
-                f"{GOAL_N} single-camera nodes",
-                "measured": f"{r}x ({multi['total_fps']} vs {single['total_fps']} frames/s)",
-                "met": r >= GOALS["fps_ratio"],
-            }
-        )
+        r, target = round(multi["total_fps"] / max(single["total_fps"], 1e-9), 2), GOALS["cameras_fps_ratio"]
+        out.append(row(f"N={n}: one multi-camera node >= {target}x the frames/s of {n} single-camera nodes",
+                       f"{r}x ({multi['total_fps']} vs {single['total_fps']} frames/s)", r >= target))  # fmt: skip
     if multi and one:
-        r = round(multi["rss_mb"] / max(one["rss_mb"], 1e-9), 2)
-        out.append(
-            {
-                "goal": f"N={GOAL_N}: multi-camera node RSS <= {GOALS['rss_ratio']}x one single-camera node",
-                "measured": f"{r}x ({multi['rss_mb']} vs {one['rss_mb']} MB)",
-                "met": r <= GOALS["rss_ratio"],
-            }
-        )
+        r, target = round(multi["rss_mb"] / max(one["rss_mb"], 1e-9), 2), GOALS["cameras_rss_ratio"]
+        out.append(row(f"N={n}: multi-camera node RSS <= {target}x one single-camera node",
+                       f"{r}x ({multi['rss_mb']} vs {one['rss_mb']} MB)", r <= target))  # fmt: skip
     if multi:
-        s = multi["min_share_of_mean"]
-        out.append(
-            {
-                "goal": f"N={GOAL_N}: no camera below {GOALS['min_share']:.0%} of the mean per-camera rate",
-                "measured": f"slowest camera {s:.0%} of the mean",
-                "met": s >= GOALS["min_share"],
-            }
-        )
+        s, target = multi["min_share_of_mean"], GOALS["cameras_min_share"]
+        out.append(row(f"N={n}: no camera below {target:.0%} of the mean per-camera rate",
+                       f"slowest camera {s:.0%} of the mean", s >= target))  # fmt: skip
     return out
 
 
 def where_time_goes(trials: list[dict]) -> dict:
-    """Stage P50s (ms) per setup at GOAL_N, averaged over its cameras."""
+    """Stage P50s (ms) per setup at CAMERAS_GOAL_N, averaged over its cameras."""
     out = {}
     for setup in ("multi", "single"):
-        t = _trial(trials, setup, GOAL_N)
+        t = _trial(trials, setup, CAMERAS_GOAL_N)
         if not t:
             continue
         stages: dict[str, list[float]] = {}
@@ -400,7 +400,7 @@ def markdown(res: dict) -> list[str]:
         )
     for setup, st in res["where_time_goes"].items():
         lines.append(
-            f"\nWhere the time goes, {setup} at N={GOAL_N} (stage P50 ms, mean over cameras): "
+            f"\nWhere the time goes, {setup} at N={CAMERAS_GOAL_N} (stage P50 ms, mean over cameras): "
             + ", ".join(f"{k} {v}" for k, v in st.items())
         )
     return lines

@@ -13,6 +13,7 @@ this process while the node idles: what running beside DDS traffic costs on top)
 
 from __future__ import annotations
 
+import logging
 import threading
 from pathlib import Path
 
@@ -23,6 +24,8 @@ from ..ros.replay import ReplayOptions, replay
 from ..stats import percentiles
 
 MAX_DROP = 0.05
+
+log = logging.getLogger(__name__)
 
 
 class ProcessMonitor:
@@ -39,11 +42,14 @@ class ProcessMonitor:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
+        import psutil
+
         while not self._stop.wait(0.2):
             try:
                 self.cpu.append(self._proc.cpu_percent(None))
                 self.rss_peak = max(self.rss_peak, self._proc.memory_info().rss)
-            except Exception:  # the process ended
+            except psutil.NoSuchProcess:  # the samples so far are the measurement
+                log.warning("node process %d ended while being measured: sampling stops", self._proc.pid)
                 return
 
     def __enter__(self) -> ProcessMonitor:

@@ -5,15 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-GOALS = {
-    "preprocess_speedup": 10.0,  # ours vs PIL reference, at embedding cosine >= 0.999
-    "int8_vs_torch_eager": 4.0,  # best CPU INT8 backend, batch 1
-    "int8_vs_ort_fp32": 3.0,  # best CPU INT8 backend, batch 1, gated on the runtime that runs it
-    "int8_vs_ort_fp32_moonshot": 3.5,  # about 65 % of the INT8 VNNI peak on the 2-core Xeon
-    "node_overhead": 1.25,  # e2e P99 at 30 fps <= 1.25 x (preprocess + encode P99)
-    "deserialize_p50_ms": 2.0,  # 1080p rgb8 frame in the node at 30 fps
-    "triton_added_p50_ms": 2.0,  # backend triton with shared memory over loopback vs the local backend, batch 1
-}
+from .goals import GOALS, row
 
 #: INT8 encode variants → the runtime whose gate verdict (in the model's metadata) they need.
 INT8_RUNTIMES = {"encode/ort-int8": "onnxruntime", "encode/openvino-int8": "openvino"}
@@ -54,23 +46,13 @@ def _int8_goals(result: dict) -> list[dict]:
     note = f"best: {best['name']} {best['p50_ms']:.1f} ms" + "".join(f"; {e}" for e in excluded)
     out = []
     if fp32:
-        ratio = round(fp32["p50_ms"] / best["p50_ms"], 2)
-        out.append(
-            {
-                "goal": "best CPU INT8 backend >= 3x ORT FP32 at batch 1 (gated on its runtime)",
-                "measured": f"{ratio}x ({note})",
-                "met": ratio >= GOALS["int8_vs_ort_fp32"],
-            }
-        )
+        ratio, target = round(fp32["p50_ms"] / best["p50_ms"], 2), GOALS["int8_vs_ort_fp32"]
+        out.append(row(f"best CPU INT8 backend >= {target:g}x ORT FP32 at batch 1 (gated on its runtime)",
+                       f"{ratio}x ({note})", ratio >= target))  # fmt: skip
     if eager:
-        ratio = round(eager["p50_ms"] / best["p50_ms"], 2)
-        out.append(
-            {
-                "goal": "best CPU INT8 backend >= 4x PyTorch eager FP32 at batch 1",
-                "measured": f"{ratio}x",
-                "met": ratio >= GOALS["int8_vs_torch_eager"],
-            }
-        )
+        ratio, target = round(eager["p50_ms"] / best["p50_ms"], 2), GOALS["int8_vs_torch_eager"]
+        out.append(row(f"best CPU INT8 backend >= {target:g}x PyTorch eager FP32 at batch 1", f"{ratio}x",
+                       ratio >= target))  # fmt: skip
     peak = result.get("stages", {}).get("int8_peak") or {}
     rt = INT8_RUNTIMES[best["name"]]
     if fp32 and peak.get("gops", {}).get(rt):
@@ -79,13 +61,14 @@ def _int8_goals(result: dict) -> list[dict]:
         frac = achieved / peak["gops"][rt]
         vnni = "vnni" in peak["units"] or "amx" in peak["units"]
         where = "" if vnni else " — no VNNI here, so this is not the VNNI peak"
+        target = GOALS["int8_vs_ort_fp32_moonshot"]
         out.append(
-            {
-                "goal": "moonshot: best CPU INT8 backend >= 3.5x ORT FP32 (about 65 % of the INT8 VNNI peak)",
-                "measured": f"{ratio}x; {achieved:.0f} GOP/s = {frac:.0%} of {rt}'s INT8 GEMM peak here, "
+            row(
+                f"moonshot: best CPU INT8 backend >= {target:g}x ORT FP32 (about 65 % of the INT8 VNNI peak)",
+                f"{ratio}x; {achieved:.0f} GOP/s = {frac:.0%} of {rt}'s INT8 GEMM peak here, "
                 f"{peak['gops'][rt]} GOP/s ({peak['units']}{where})",
-                "met": ratio >= GOALS["int8_vs_ort_fp32_moonshot"],
-            }
+                ratio >= target,
+            )
         )
     return out
 
@@ -97,13 +80,10 @@ def goals(result: dict) -> list[dict]:
     ours = _find(vs, "preprocess/ours-cpu")
     if ours and "speedup_vs_baseline" in ours:
         cos = result.get("stages", {}).get("preprocess_embedding_cosine_min")
-        out.append(
-            {
-                "goal": "preprocess >= 10x PIL reference (cosine >= 0.999)",
-                "measured": f"{ours['speedup_vs_baseline']}x, cosine {cos}",
-                "met": ours["speedup_vs_baseline"] >= GOALS["preprocess_speedup"] and (cos or 0) >= 0.999,
-            }
-        )
+        speedup, min_cos = GOALS["preprocess_speedup"], GOALS["preprocess_cosine"]
+        out.append(row(f"preprocess >= {speedup:g}x PIL reference (cosine >= {min_cos:g})",
+                       f"{ours['speedup_vs_baseline']}x, cosine {cos}",
+                       ours["speedup_vs_baseline"] >= speedup and (cos or 0) >= min_cos))  # fmt: skip
     out += _int8_goals(result)
     out += result.get("vlm_gguf_goals", [])  # measured and judged by bench/vlm.py run_gguf
     out += result.get("cameras", {}).get("goals", [])
@@ -113,34 +93,22 @@ def goals(result: dict) -> list[dict]:
         st = node["stages_ms_at_30fps"]
         where = ", ".join(f"{k} P99 {v['p99']:.1f} ms" for k, v in st.items())
         strict = node.get("e2e_p99_over_isolated_compute_p99")
-        out.append(
-            {
-                "goal": "node e2e P99 at 30 fps <= 1.25 x (preprocess + encode P99)",
-                "measured": f"{r}x" + (f" (vs isolated stage P99: {strict}x)" if strict is not None else ""),
-                "met": r <= GOALS["node_overhead"],
-                "where_time_goes": where,
-            }
-        )
+        target = GOALS["node_overhead"]
+        out.append(row(f"node e2e P99 at 30 fps <= {target:g} x (preprocess + encode P99)",
+                       f"{r}x" + (f" (vs isolated stage P99: {strict}x)" if strict is not None else ""),
+                       r <= target, where_time_goes=where))  # fmt: skip
     tr = result.get("triton")
     if tr:
-        out.append(
-            {
-                "goal": "backend triton with shared memory <= +2 ms P50 over the local backend (loopback, batch 1)",
-                "measured": f"+{tr['added_p50_ms_shm']} ms (without shared memory: +{tr['added_p50_ms_grpc']} ms)",
-                "met": tr["added_p50_ms_shm"] <= GOALS["triton_added_p50_ms"],
-                "where_time_goes": "server per request: "
-                + ", ".join(f"{k} {v} ms" for k, v in tr["server_ms_per_request"].items()),
-            }
-        )
+        target = GOALS["triton_added_p50_ms"]
+        out.append(row(f"backend triton with shared memory <= +{target:g} ms P50 over the local backend (loopback,"
+                       " batch 1)",
+                       f"+{tr['added_p50_ms_shm']} ms (without shared memory: +{tr['added_p50_ms_grpc']} ms)",
+                       tr["added_p50_ms_shm"] <= target,
+                       where_time_goes="server per request: "
+                       + ", ".join(f"{k} {v} ms" for k, v in tr["server_ms_per_request"].items())))  # fmt: skip
     if node and node.get("deserialize_p50_ms_at_30fps") is not None:
-        d = node["deserialize_p50_ms_at_30fps"]
-        out.append(
-            {
-                "goal": "node deserialize P50 <= 2 ms (1080p rgb8 at 30 fps)",
-                "measured": f"{d:.2f} ms",
-                "met": d <= GOALS["deserialize_p50_ms"],
-            }
-        )
+        d, target = node["deserialize_p50_ms_at_30fps"], GOALS["deserialize_p50_ms"]
+        out.append(row(f"node deserialize P50 <= {target:g} ms (1080p rgb8 at 30 fps)", f"{d:.2f} ms", d <= target))
     return out
 
 

@@ -8,28 +8,25 @@ rate is reported beside it.
 from __future__ import annotations
 
 import os
-import time
 
 import numpy as np
 
 from ..models.configs import get_config
+from ..stats import Variant, run_interleaved
 
 
 def _best_rate(fn, flops: float, repeats: int) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return flops / best / 1e9
+    """GFLOP/s of the fastest of `repeats` calls of `fn` (after one warm-up call)."""
+    v = Variant("gemm", fn)
+    run_interleaved([v], rounds=repeats, iters=1, warmup=1)
+    return flops / (min(v.samples_ms) / 1e3) / 1e9
 
 
 def ort_gemm_peak_gflops(n: int, repeats: int, threads: int = 0) -> float:
     """Best float32 MatMul rate of ONNX Runtime on the CPU, GFLOP/s."""
     from onnx import TensorProto, helper
 
-    from ..encoders.onnxruntime import session
+    from ..ortsession import session
 
     graph = helper.make_graph(
         [helper.make_node("MatMul", ["a", "b"], ["c"])],
@@ -69,7 +66,7 @@ def run_roofline(model: str, images_per_s: float, quick: bool) -> dict:
 
 def int8_units() -> str:
     """The CPU's INT8 dot-product units, as the goal's 'VNNI peak' needs them named."""
-    from ..encoders.openvino import int8_dot_units
+    from ..cpu import int8_dot_units
 
     have = int8_dot_units()
     if have:
@@ -115,7 +112,7 @@ def int8_gemm_call(runtime: str, n: int, threads: int = 0):
     x = np.random.default_rng(1).uniform(-4, 4, (n, n)).astype(np.float32)
     blob = qdq_matmul_model(n)
     if runtime == "onnxruntime":
-        from ..encoders.onnxruntime import session
+        from ..ortsession import session
 
         sess = session(blob, threads)
         return lambda: sess.run(None, {"a": x})
@@ -133,8 +130,3 @@ def int8_gemm_call(runtime: str, n: int, threads: int = 0):
         req = compiled.create_infer_request()
         return lambda: req.infer({0: x})
     raise ValueError(f"unknown runtime {runtime!r}")
-
-
-def int8_gemm_peak_gops(runtime: str, n: int, repeats: int, threads: int = 0) -> float:
-    """Best INT8 GEMM rate (GOP/s, 2 ops per multiply-add) of `runtime`, timed on its own."""
-    return _best_rate(int8_gemm_call(runtime, n, threads), 2 * n**3, repeats)

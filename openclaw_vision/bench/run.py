@@ -7,7 +7,8 @@ import time
 from pathlib import Path
 
 from ..build import ensure_fp32, ensure_int8
-from ..models.configs import canonical_name
+from ..commands import Command, field_default
+from ..models.configs import DEFAULT_MODEL, canonical_name
 from . import report
 from .harness import host_info, versions
 
@@ -50,17 +51,17 @@ def run_bench(args: argparse.Namespace) -> dict:
     if "roofline" in modes:
         from .roofline import run_roofline
 
-        if images_per_s is None:
+        if images_per_s is None:  # roofline alone: one timed batch-8 call after a warm-up
             import numpy as np
 
             from ..encoders.onnxruntime import OnnxRuntimeEncoder
+            from ..stats import Variant, run_interleaved
 
             enc = OnnxRuntimeEncoder(model_path)
             x = np.zeros((8, 3, enc.image_size, enc.image_size), np.float32)
-            enc.encode(x)
-            t = time.perf_counter()
-            enc.encode(x)
-            images_per_s = 8 / (time.perf_counter() - t)
+            v = Variant("encode/ort-fp32", lambda: enc.encode(x), batch=8)
+            run_interleaved([v], rounds=1, iters=1, warmup=1)
+            images_per_s = 8 / (v.samples_ms[0] / 1e3)
         result["roofline"] = run_roofline(args.model.split("@")[0], images_per_s, args.quick)
     if "cameras" in modes:
         from .cameras import run_cameras
@@ -91,25 +92,38 @@ def run_bench(args: argparse.Namespace) -> dict:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ..config import IMAGE_TRANSPORTS
+    from .cameras import CAMERA_COUNTS
+    from .vlm import run_vlm
+
     p.add_argument("--mode", choices=MODES, default="all")
     p.add_argument("--quick", action="store_true", help="fewer rounds and frames: under 90 s")
-    p.add_argument("--model", default="ViT-B-32")
+    p.add_argument("--model", default=DEFAULT_MODEL)
     p.add_argument("--model-path", type=Path, default=None, help="FP32 ONNX export (default: built for --model)")
     p.add_argument(
         "--int8-model-path", type=Path, default=None, help="INT8 model (default: quantised from sample frames)"
     )
+    p.add_argument("--llm-shape", default=field_default(run_vlm, "real"),
+                   help="vlm mode: the full-size language model shape (random weights)")  # fmt: skip
     p.add_argument(
-        "--llm-shape", default="tinyllama-1.1b", help="vlm mode: the full-size language model shape (random weights)"
-    )
-    p.add_argument(
-        "--cameras", type=lambda s: tuple(int(n) for n in s.split(",")), default=(1, 2, 4, 8),
-        help="cameras mode: camera counts, e.g. 1,2,4,8",
+        "--cameras", type=lambda s: tuple(int(n) for n in s.split(",")), default=CAMERA_COUNTS,
+        help=f"cameras mode: camera counts, e.g. {','.join(map(str, CAMERA_COUNTS))}",
     )  # fmt: skip
     p.add_argument(
-        "--camera-transport", choices=("raw", "compressed"), default="raw", help="cameras mode: Image or JPEG"
+        "--camera-transport", choices=IMAGE_TRANSPORTS, default=IMAGE_TRANSPORTS[0], help="cameras mode: Image or JPEG"
     )
     p.add_argument("--seconds", type=float, default=10.0, help="cameras mode: measured seconds per trial")
     p.add_argument("--warmup", type=float, default=2.0, help="cameras mode: seconds played before measuring")
     p.add_argument("--backend", default="auto", help="cameras mode: the nodes' backend")
     p.add_argument("--out", type=Path, default=Path("out/bench"), help="folder for bench.json, bench.md and plots")
     p.add_argument("--json", type=Path, default=None, help="also write the JSON here")
+
+
+def run(args: argparse.Namespace) -> int:
+    result = run_bench(args)
+    print(report.markdown(result))
+    print(f"wrote {args.out / 'bench.json'}, {args.out / 'bench.md'} and plots ({result['seconds']} s)")
+    return 0
+
+
+COMMAND = Command(add_arguments, run)

@@ -14,12 +14,13 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import gate
 from ..preprocess.cpu import CpuPreprocessor
 from ..preprocess.frame import Frame
 from ..preprocess.reference import reference_preprocess
 from ..quant.runtimes import RUNTIMES
 from ..sample_frames import pan_frames
-from .harness import Variant, run_interleaved, summarise
+from ..stats import Variant, run_interleaved, summarise
 from .report import INT8_RUNTIMES
 
 
@@ -53,16 +54,17 @@ def stage_variants(
     openvino, why = usable()
     if openvino:  # timed whatever its gate said; the report counts it as an INT8 backend only where it passed
         encoders += [
-            ("encode/openvino-fp32", OpenVinoEncoder(model_path, gate="ignore")),
-            ("encode/openvino-int8", OpenVinoEncoder(int8_path, gate="ignore")),
+            ("encode/openvino-fp32", OpenVinoEncoder(model_path)),
+            ("encode/openvino-int8", OpenVinoEncoder(int8_path)),
         ]
     pixels = pre.batch(frames)
+    verdicts = gate.verdicts(int8.info.metadata)
     extra = {
         "model": ort.model_id,
         "ort_threads": ort.threads,
         "torch_threads": torch.get_num_threads(),
         "openvino": why,
-        "int8_gate_by_runtime": {rt: int8.info.gate_on(rt) for rt in RUNTIMES},
+        "int8_gate_by_runtime": {rt: v.as_dict() if (v := verdicts.get(rt)) else None for rt in RUNTIMES},
     }
     for b in batches:
         x = np.ascontiguousarray(np.resize(pixels, (b, *pixels.shape[1:])))

@@ -24,8 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..stats import percentiles
-from .harness import Variant, run_interleaved, summarise
+from ..stats import Variant, percentiles, run_interleaved, summarise
 
 CLIENTS = (1, 2, 4)
 

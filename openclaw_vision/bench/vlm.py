@@ -27,14 +27,18 @@ run instead). Shapes: TinyLlama-1.1B (the real one) and the tiny test shape. Als
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
+from .. import children
+from ..stats import Variant, run_interleaved, summarise
 from ..vlm.config import LlamaConfig, get_llm_config, hf_config_dict
 from ..vlm.decoder import LlamaDecoder, PagedKVCache
 from ..vlm.kv_cache import BlockManager
 from ..vlm.weights import place, random_params, to_hf_llama
-from .harness import Variant, summarise
+from .goals import GOALS, row, within
 
 
 def transformers_model(cfg: LlamaConfig, state: dict[str, np.ndarray]):
@@ -107,11 +111,9 @@ def _hf_decode(model, ids, steps: int) -> float:
 def shape_variants(name: str, prompt: int, steps: int, rounds: int) -> tuple[list[dict], dict]:
     """The four variants at one shape, interleaved round by round in a shuffled order.
 
-    Each call returns its own measured seconds: a prefill call is timed whole; a decode call
-    times only its `steps` decode steps (the prefill it needs first is not counted).
+    A prefill call is timed whole; a decode call times only its `steps` decode steps (the prefill it
+    needs first is not counted: a self-timed variant).
     """
-    import random
-
     import torch
 
     cfg = get_llm_config(name)
@@ -122,26 +124,18 @@ def shape_variants(name: str, prompt: int, steps: int, rounds: int) -> tuple[lis
     ids = np.random.default_rng(1).integers(3, cfg.vocab_size, prompt)
     tids = torch.tensor(ids)[None]
     calls = {
-        "prefill/transformers": lambda: _time(lambda: _hf_prefill(hf, tids)),
-        "prefill/ours": lambda: _time(lambda: _ours_prefill(dec, cache, ids)),
+        "prefill/transformers": lambda: _hf_prefill(hf, tids),
+        "prefill/ours": lambda: _ours_prefill(dec, cache, ids),
         "decode/transformers": lambda: _hf_decode(hf, tids, steps),
         "decode/ours": lambda: _ours_decode(dec, cache, ids, steps),
     }
-    variants = [Variant(n, fn, group=n.split("/")[0], baseline=n.endswith("transformers")) for n, fn in calls.items()]
+    variants = [Variant(n, fn, group=n.split("/")[0], baseline=n.endswith("transformers"),
+                        self_timed=n.startswith("decode")) for n, fn in calls.items()]  # fmt: skip
     # one read-only pass over the weights, interleaved with the decodes it bounds (same machine state)
     one_pass = weight_pass(dec)  # `steps` passes per call: as many as a decode call has tokens
-    stream = Variant("stream/weights", lambda: _time(lambda: [one_pass() for _ in range(steps)]), group="stream")
+    stream = Variant("stream/weights", lambda: [one_pass() for _ in range(steps)], group="stream")
     variants.append(stream)
-    for v in variants:
-        v.fn()  # warm-up
-    rng = random.Random(0)
-    for _ in range(rounds):
-        order = list(variants)
-        rng.shuffle(order)
-        for v in order:
-            ms = v.fn() * 1e3
-            v.samples_ms.append(ms)
-            v.round_p50_ms.append(ms)
+    run_interleaved(variants, rounds, iters=1, warmup=1, seed=0)
     records = summarise([v for v in variants if v is not stream])
     for r in records:
         tokens = prompt if r["name"].startswith("prefill") else steps
@@ -172,16 +166,12 @@ def weight_pass(dec: LlamaDecoder):
 
 
 def copy_bandwidth_gbs(mb: int = 512, repeats: int = 5) -> float:
+    """STREAM-style copy bandwidth (read + write), the best of `repeats` copies of `mb` MB."""
     a = np.ones(mb * 1024 * 1024 // 4, np.float32)
     b = np.ones_like(a)
-    best = min(_time(lambda: np.copyto(b, a)) for _ in range(repeats))
-    return 2 * a.nbytes / best / 1e9
-
-
-def _time(fn) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
+    copy = Variant("copy", lambda: np.copyto(b, a))
+    run_interleaved([copy], rounds=repeats, iters=1, warmup=0)
+    return 2 * a.nbytes / (min(copy.samples_ms) / 1e3) / 1e9
 
 
 def kv_waste(
@@ -288,41 +278,47 @@ def run_vlm(quick: bool, real: str = "tinyllama-1.1b") -> dict:
 # --- GGUF: llama.cpp F32 / Q8_0 / Q4_0 beside ours (issue 22) ----------------------------------------
 ANSWER_PROMPT, ANSWER_TOKENS = 100, 40  # the answer-latency case: a 100-token prompt, a 40-token answer
 GGUF_FORMATS = ("F32", "Q8_0", "Q4_0")
+#: loading TinyLlama's F32 file and 8 tokens take seconds; a child that hangs is stopped
+RESIDENT_TIMEOUT_S = 600.0
+
+
+RESIDENT_KINDS = ("ours", "ours-gguf", "llamacpp")
+
+
+def resident_here(kind: str, real: str, path: str = "") -> int:
+    """MB of resident memory a backend adds to this process: RSS after loading and 8 greedy tokens, minus
+    RSS before loading. Run in a fresh interpreter (`resident_mb`). kind: "ours" (random float32 weights
+    of shape `real`), "ours-gguf" (the file at `path` dequantised) or "llamacpp" (that file in llama.cpp)."""
+    import psutil
+
+    before = psutil.Process().memory_info().rss
+    if kind == "llamacpp":
+        from ..vlm.llamacpp import LlamaCppDecoder
+
+        dec = LlamaCppDecoder(path, n_ctx=1024)
+    elif kind == "ours-gguf":
+        from ..vlm.gguf import gguf_params, read_gguf
+
+        gg = read_gguf(path)
+        dec = LlamaDecoder(gg.cfg, gguf_params(gg))
+        del gg
+    elif kind == "ours":
+        cfg = get_llm_config(real)
+        dec = LlamaDecoder(cfg, random_params(cfg))
+    else:
+        raise ValueError(f"kind must be one of {', '.join(RESIDENT_KINDS)}, got {kind!r}")
+    _greedy(dec, np.arange(3, 19), 8)
+    return (psutil.Process().memory_info().rss - before) // 2**20
 
 
 def resident_mb(kind: str, real: str, path=None) -> int:
-    """Resident memory a backend adds to a fresh process: RSS after loading and 8 greedy tokens, minus the
-    same interpreter's RSS before loading. A fresh process, because RSS deltas inside this long bench
-    are blurred by the earlier phases' freed memory (one run gave a negative delta).
-    kind: "ours" (random float32 weights), "ours-gguf" (the file dequantised) or "llamacpp"."""
-    import subprocess
-    import sys
-
-    code = (
-        "import sys, numpy as np, psutil\n"
-        "from openclaw_vision.bench.vlm import _greedy\n"
-        "from openclaw_vision.vlm.config import get_llm_config\n"
-        "from openclaw_vision.vlm.decoder import LlamaDecoder\n"
-        "kind, real, path = sys.argv[1], sys.argv[2], sys.argv[3]\n"
-        "before = psutil.Process().memory_info().rss\n"
-        "if kind == 'llamacpp':\n"
-        "    from openclaw_vision.vlm.llamacpp import LlamaCppDecoder\n"
-        "    dec = LlamaCppDecoder(path, n_ctx=1024)\n"
-        "elif kind == 'ours-gguf':\n"
-        "    from openclaw_vision.vlm.gguf import gguf_params, read_gguf\n"
-        "    gg = read_gguf(path)\n"
-        "    dec = LlamaDecoder(gg.cfg, gguf_params(gg))\n"
-        "    del gg\n"
-        "else:\n"
-        "    from openclaw_vision.vlm.weights import random_params\n"
-        "    cfg = get_llm_config(real)\n"
-        "    dec = LlamaDecoder(cfg, random_params(cfg))\n"
-        "_greedy(dec, np.arange(3, 19), 8)\n"
-        "print((psutil.Process().memory_info().rss - before) // 2**20)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code, kind, real, str(path or "")], capture_output=True, text=True,
-                         check=True)  # fmt: skip
-    return int(out.stdout.split()[-1])
+    """`resident_here` in a fresh process: RSS deltas inside this long bench are blurred by the earlier
+    phases' freed memory (one run gave a negative delta)."""
+    argv = children.python("-m", "openclaw_vision.bench.vlm", "resident", kind, real, str(path or ""))
+    done = children.run(argv, timeout=RESIDENT_TIMEOUT_S)
+    if not done.ok:
+        raise RuntimeError(f"resident memory of {kind} ({path or real}): the child {done.how}:\n{done.tail()}")
+    return int(done.stdout.split()[-1])
 
 
 def _greedy(dec, ids: np.ndarray, steps: int) -> tuple[float, float]:
@@ -381,6 +377,116 @@ def gguf_matrix_bytes(path) -> int:
     return total + int(embd.n_bytes) // gg.cfg.vocab_size
 
 
+@dataclass
+class _GgufRun:
+    """What every phase of run_gguf measures with, and the rows it has measured so far."""
+
+    cfg: LlamaConfig
+    stream_gbs: float
+    rounds: int
+    prompt: int
+    steps: int
+    ids: np.ndarray = field(init=False)
+    answer_ids: np.ndarray = field(init=False)
+    rows: list[dict] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.ids = np.random.default_rng(2).integers(3, self.cfg.vocab_size, self.prompt)
+        self.answer_ids = np.random.default_rng(3).integers(3, self.cfg.vocab_size, ANSWER_PROMPT)
+
+    def measure(self, name: str, dec, fmt: str, file_bytes: int) -> dict:
+        """Prefill, decode and answer latency of `dec`, median of the rounds; the row is kept and returned."""
+        samples: dict[str, list[float]] = {"prefill": [], "decode": [], "answer": []}
+        _greedy(dec, self.ids[:16], 2)  # warm-up
+        for _ in range(self.rounds):
+            p, _ = _greedy(dec, self.ids, 0)
+            _, d = _greedy(dec, self.ids[:16], self.steps)
+            ap, ad = _greedy(dec, self.answer_ids, ANSWER_TOKENS)
+            samples["prefill"].append(p)
+            samples["decode"].append(d)
+            samples["answer"].append(ap + ad)
+        med = {k: float(np.median(v)) for k, v in samples.items()}
+        decode_tps = self.steps / med["decode"]
+        roofline = self.stream_gbs * 1e9 / file_bytes
+        row = {
+            "name": name, "format": fmt, "bytes_per_token": file_bytes,
+            "prefill_tokens_per_s": round(self.prompt / med["prefill"], 1),
+            "decode_tokens_per_s": round(decode_tps, 2), "answer_ms": round(med["answer"] * 1e3, 1),
+            "roofline_decode_tokens_per_s": round(roofline, 2), "roofline_fraction": round(decode_tps / roofline, 3),
+        }  # fmt: skip
+        self.rows.append(row)
+        return row
+
+
+def _ours_rows(run: _GgufRun, ours: LlamaDecoder, f32_path: Path) -> dict:
+    """Ours on the random weights, and ours from the F32 GGUF (dequantised at load) against it in paired rounds."""
+    from ..vlm.gguf import gguf_params, read_gguf
+
+    f32_bytes = decode_weight_bytes(ours)
+    run.measure("ours", ours, "float32 (NumPy)", f32_bytes)
+    ours_gguf = LlamaDecoder(run.cfg, place(gguf_params(read_gguf(f32_path))))
+    pair: dict[str, list[float]] = {"ours": [], "ours-gguf": []}
+    for _ in range(run.rounds):
+        for name, dec in (("ours", ours), ("ours-gguf", ours_gguf)):
+            pair[name].append(run.steps / _greedy(dec, run.ids[:16], run.steps)[1])
+    row = run.measure("ours-gguf", ours_gguf, "F32 GGUF, dequantised (NumPy)", f32_bytes)
+    return {"pair": pair, "ours_gguf_row": row, "ratio": float(np.median(pair["ours-gguf"]) / np.median(pair["ours"]))}
+
+
+def _llamacpp_rows(run: _GgufRun, paths: dict[str, Path], tok) -> dict[str, dict]:
+    """llama.cpp on each format, and the VLM pipeline's decode over it against llama.cpp alone (per format)."""
+    import gc
+
+    from ..vlm.llamacpp import threads
+    from ..vlm.pipeline import VlmPipeline, load_vlm
+
+    feats = np.random.default_rng(4).standard_normal(512).astype(np.float32)
+    node_vs_alone = {}
+    for q in GGUF_FORMATS:
+        model = load_vlm(str(paths[q]), 512, 8, tokenizer=tok, llm_backend="llamacpp", n_ctx=1024)
+        dec = model.decoder
+        try:
+            pipe = VlmPipeline(model, kv_blocks=48, max_new_tokens=ANSWER_TOKENS, prefix_frames=1)
+            node, alone = [], []
+            for r in range(run.rounds):
+                node.append(_node_decode(pipe, feats, r))
+                alone.append(ANSWER_TOKENS / _llamacpp_alone(dec, run.answer_ids, ANSWER_TOKENS))
+            row = run.measure(f"llamacpp-{q}", dec, f"{q} GGUF (llama.cpp, {threads()} threads)",
+                              gguf_matrix_bytes(paths[q]))  # fmt: skip
+            row["file_mb"] = round(paths[q].stat().st_size / 2**20)
+            node_vs_alone[q] = {"pipeline_decode_tokens_per_s": round(float(np.median(node)), 2),
+                                "llamacpp_alone_decode_tokens_per_s": round(float(np.median(alone)), 2)}  # fmt: skip
+            row |= node_vs_alone[q]
+        finally:
+            dec.close()
+        del model, dec, pipe
+        gc.collect()
+    return node_vs_alone
+
+
+def _gguf_goals(rows: list[dict], node_vs_alone: dict[str, dict], same: dict) -> list[dict]:
+    by = {r["name"]: r for r in rows}
+    q4, ours = by["llamacpp-Q4_0"], by["ours"]
+    latency_ratio = q4["answer_ms"] / ours["answer_ms"]
+    wrap = node_vs_alone["Q4_0"]
+    wrap_ratio = wrap["pipeline_decode_tokens_per_s"] / wrap["llamacpp_alone_decode_tokens_per_s"]
+    at_most, floor = GOALS["gguf_q4_answer_ratio"], GOALS["gguf_pipeline_vs_alone"]
+    same_floor = GOALS["gguf_same_weights"]
+    pair = same["pair"]
+    return [
+        row(f"Q4_0 answer latency ({ANSWER_PROMPT}-token prompt + {ANSWER_TOKENS}-token answer) <= 1/{1 / at_most:g} "
+            "of ours in FP32",
+            f"{latency_ratio:.3f}x ({q4['answer_ms']:.0f} ms vs {ours['answer_ms']:.0f} ms)", latency_ratio <= at_most),
+        row(f"VLM pipeline decode within {within(floor)} of llama.cpp alone on the same file (Q4_0)",
+            f"{wrap_ratio:.3f}x ({wrap['pipeline_decode_tokens_per_s']} vs "
+            f"{wrap['llamacpp_alone_decode_tokens_per_s']} tokens/s)", wrap_ratio >= floor),
+        row(f"ours from the F32 GGUF within {within(same_floor)} of ours on the same weights (decode)",
+            f"{same['ratio']:.3f}x (paired rounds: decode {np.median(pair['ours-gguf']):.2f} vs "
+            f"{np.median(pair['ours']):.2f} tokens/s; table rows {same['ours_gguf_row']['decode_tokens_per_s']} vs "
+            f"{ours['decode_tokens_per_s']})", same["ratio"] >= same_floor),
+    ]  # fmt: skip
+
+
 def run_gguf(real: str, stream_gbs: float, rounds: int, prompt: int, steps: int, workdir) -> dict:
     """llama.cpp on F32, Q8_0 and Q4_0 files of the same random weights, beside ours (FP32, and from the GGUF).
 
@@ -389,14 +495,13 @@ def run_gguf(real: str, stream_gbs: float, rounds: int, prompt: int, steps: int,
     measured for ours in this run) and the fraction reached, resident memory (RSS growth from
     loading to after the timed calls), and the VLM pipeline's decode against llama.cpp alone.
     Each phase interleaves its variants round by round; phases run one after another in this run
-    (four F32 copies of TinyLlama do not fit in memory together).
+    (four F32 copies of TinyLlama do not fit in memory together). The GGUF files (several GB at
+    the real shape) are removed however the run ends.
     """
     import gc
-    from pathlib import Path
 
     from ..vlm.gguf import write_gguf
     from ..vlm.llamacpp import quantize_gguf, threads
-    from ..vlm.pipeline import VlmPipeline, load_vlm
     from ..vlm.tokenizer import build_default_tokenizer
 
     gc.collect()  # the earlier phases' models (torch modules hold reference cycles) before 3 more copies
@@ -404,103 +509,33 @@ def run_gguf(real: str, stream_gbs: float, rounds: int, prompt: int, steps: int,
     work = Path(workdir)
     work.mkdir(parents=True, exist_ok=True)
     tok = build_default_tokenizer(work / "tokenizer", 512)
-    params = random_params(cfg)
-    ours = LlamaDecoder(cfg, place(params))
-    paths = {"F32": write_gguf(work / f"{real}-F32.gguf", cfg, params, tok, "F32")}
-    t_q = {}
-    for q in GGUF_FORMATS[1:]:
-        t0 = time.perf_counter()
-        paths[q] = quantize_gguf(paths["F32"], work / f"{real}-{q}.gguf", q)
-        t_q[q] = round(time.perf_counter() - t0, 1)
-    ids = np.random.default_rng(2).integers(3, cfg.vocab_size, prompt)
-    answer_ids = np.random.default_rng(3).integers(3, cfg.vocab_size, ANSWER_PROMPT)
-    rows: list[dict] = []
-
-    def measure(name: str, dec, fmt: str, file_bytes: int, extra: dict | None = None) -> dict:
-        samples: dict[str, list[float]] = {"prefill": [], "decode": [], "answer": []}
-        _greedy(dec, ids[:16], 2)  # warm-up
-        for _ in range(rounds):
-            p, _ = _greedy(dec, ids, 0)
-            _, d = _greedy(dec, ids[:16], steps)
-            ap, ad = _greedy(dec, answer_ids, ANSWER_TOKENS)
-            samples["prefill"].append(p)
-            samples["decode"].append(d)
-            samples["answer"].append(ap + ad)
-        med = {k: float(np.median(v)) for k, v in samples.items()}
-        decode_tps = steps / med["decode"]
-        roofline = stream_gbs * 1e9 / file_bytes
-        row = {
-            "name": name, "format": fmt, "bytes_per_token": file_bytes,
-            "prefill_tokens_per_s": round(prompt / med["prefill"], 1), "decode_tokens_per_s": round(decode_tps, 2),
-            "answer_ms": round(med["answer"] * 1e3, 1), "roofline_decode_tokens_per_s": round(roofline, 2),
-            "roofline_fraction": round(decode_tps / roofline, 3), **(extra or {}),
-        }  # fmt: skip
-        rows.append(row)
-        return row
-
-    f32_bytes = decode_weight_bytes(ours)
-    measure("ours", ours, "float32 (NumPy)", f32_bytes)
-    # ours from the F32 GGUF (dequantised at load) against ours on the same weights, interleaved
-    from ..vlm.gguf import gguf_params, read_gguf
-
-    ours_gguf = LlamaDecoder(cfg, place(gguf_params(read_gguf(paths["F32"]))))
-    pair = {"ours": [], "ours-gguf": []}
-    for _ in range(rounds):
-        for name, dec in (("ours", ours), ("ours-gguf", ours_gguf)):
-            pair[name].append(steps / _greedy(dec, ids[:16], steps)[1])
-    ours_gguf_row = measure("ours-gguf", ours_gguf, "F32 GGUF, dequantised (NumPy)", f32_bytes)
-    same_weights_ratio = float(np.median(pair["ours-gguf"]) / np.median(pair["ours"]))
-    del ours_gguf
-    gc.collect()
-    feats = np.random.default_rng(4).standard_normal(512).astype(np.float32)
-    node_vs_alone = {}
-    for q in GGUF_FORMATS:
-        model = load_vlm(str(paths[q]), 512, 8, tokenizer=tok, llm_backend="llamacpp", n_ctx=1024)
-        dec = model.decoder
-        pipe = VlmPipeline(model, kv_blocks=48, max_new_tokens=ANSWER_TOKENS, prefix_frames=1)
-        node, alone = [], []
-        for r in range(rounds):
-            node.append(_node_decode(pipe, feats, r))
-            alone.append(ANSWER_TOKENS / _llamacpp_alone(dec, answer_ids, ANSWER_TOKENS))
-        row = measure(f"llamacpp-{q}", dec, f"{q} GGUF (llama.cpp, {threads()} threads)", gguf_matrix_bytes(paths[q]))
-        row["file_mb"] = round(paths[q].stat().st_size / 2**20)
-        node_vs_alone[q] = {"pipeline_decode_tokens_per_s": round(float(np.median(node)), 2),
-                            "llamacpp_alone_decode_tokens_per_s": round(float(np.median(alone)), 2)}  # fmt: skip
-        row |= node_vs_alone[q]
-        dec.close()
-        del model, dec, pipe
+    run = _GgufRun(cfg, stream_gbs, rounds, prompt, steps)
+    try:
+        params = random_params(cfg)
+        ours = LlamaDecoder(cfg, place(params))
+        paths = {"F32": write_gguf(work / f"{real}-F32.gguf", cfg, params, tok, "F32")}
+        t_q = {}
+        for q in GGUF_FORMATS[1:]:
+            t0 = time.perf_counter()
+            paths[q] = quantize_gguf(paths["F32"], work / f"{real}-{q}.gguf", q)
+            t_q[q] = round(time.perf_counter() - t0, 1)
+        same = _ours_rows(run, ours, paths["F32"])
         gc.collect()
-    by = {r["name"]: r for r in rows}
-    q4 = by["llamacpp-Q4_0"]
-    latency_ratio = q4["answer_ms"] / by["ours"]["answer_ms"]
-    wrap = node_vs_alone["Q4_0"]
-    wrap_ratio = wrap["pipeline_decode_tokens_per_s"] / wrap["llamacpp_alone_decode_tokens_per_s"]
-    goals = [
-        {"goal": "Q4_0 answer latency (100-token prompt + 40-token answer) <= 1/3 of ours in FP32",
-         "measured": f"{latency_ratio:.3f}x ({q4['answer_ms']:.0f} ms vs {by['ours']['answer_ms']:.0f} ms)",
-         "met": latency_ratio <= 1 / 3},
-        {"goal": "VLM pipeline decode within 10 % of llama.cpp alone on the same file (Q4_0)",
-         "measured": f"{wrap_ratio:.3f}x ({wrap['pipeline_decode_tokens_per_s']} vs "
-                     f"{wrap['llamacpp_alone_decode_tokens_per_s']} tokens/s)",
-         "met": wrap_ratio >= 0.9},
-        {"goal": "ours from the F32 GGUF within 10 % of ours on the same weights (decode)",
-         "measured": f"{same_weights_ratio:.3f}x (paired rounds: decode {np.median(pair['ours-gguf']):.2f} vs "
-                     f"{np.median(pair['ours']):.2f} tokens/s; table rows {ours_gguf_row['decode_tokens_per_s']} vs "
-                     f"{by['ours']['decode_tokens_per_s']})",
-         "met": same_weights_ratio >= 0.9},
-    ]  # fmt: skip
-    del ours, params
-    gc.collect()  # resident memory last, one fresh process at a time, with nothing else of ours loaded
-    jobs = {"ours": ("ours", None), "ours-gguf": ("ours-gguf", paths["F32"])}
-    jobs |= {f"llamacpp-{q}": ("llamacpp", paths[q]) for q in GGUF_FORMATS}
-    for r in rows:
-        kind, path = jobs[r["name"]]
-        r["rss_mb"] = resident_mb(kind, real, path)
-    for p in paths.values():
-        p.unlink()
+        node_vs_alone = _llamacpp_rows(run, paths, tok)
+        goals = _gguf_goals(run.rows, node_vs_alone, same)
+        del ours, params
+        gc.collect()  # resident memory last, one fresh process at a time, with nothing else of ours loaded
+        jobs = {"ours": ("ours", None), "ours-gguf": ("ours-gguf", paths["F32"])}
+        jobs |= {f"llamacpp-{q}": ("llamacpp", paths[q]) for q in GGUF_FORMATS}
+        for r in run.rows:
+            kind, path = jobs[r["name"]]
+            r["rss_mb"] = resident_mb(kind, real, path)
+    finally:
+        for f in work.glob(f"{real}-*.gguf"):  # also a file a failed quantisation left half-written
+            f.unlink(missing_ok=True)
     return {
         "vlm_gguf": {
-            "shape": real, "rows": rows, "stream_bandwidth_gbs": stream_gbs, "quantize_s": t_q,
+            "shape": real, "rows": run.rows, "stream_bandwidth_gbs": stream_gbs, "quantize_s": t_q,
             "setup": f"{real} random weights; prefill {prompt} tokens, decode {steps} tokens, answer "
                      f"{ANSWER_PROMPT} + {ANSWER_TOKENS}; median of {rounds} rounds; llama.cpp {threads()} threads, "
                      "F32 KV cache; roofline = the format's bytes per token / the read-only weight-stream "
@@ -508,3 +543,11 @@ def run_gguf(real: str, stream_gbs: float, rounds: int, prompt: int, steps: int,
         },
         "vlm_gguf_goals": goals,
     }  # fmt: skip
+
+
+if __name__ == "__main__":  # resident_mb's fresh process: python -m openclaw_vision.bench.vlm resident KIND REAL PATH
+    import sys
+
+    if sys.argv[1:2] != ["resident"] or len(sys.argv) != 5:
+        sys.exit("usage: python -m openclaw_vision.bench.vlm resident ours|ours-gguf|llamacpp SHAPE GGUF_PATH")
+    print(resident_here(*sys.argv[2:5]))

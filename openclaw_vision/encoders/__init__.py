@@ -12,12 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import backends
-from .backends import EncoderOptions
+from .options import GATE_AUTO, PERFORMANCE_HINTS, EncoderOptions
 
 if TYPE_CHECKING:
     from .base import BackendUnsuitable, Embedding, EncoderError, ImageEncoder, l2_normalise
 
 __all__ = [
+    "PERFORMANCE_HINTS",
     "BackendUnsuitable",
     "Embedding",
     "EncoderError",
@@ -29,7 +30,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-PERFORMANCE_HINTS = ("latency", "throughput")
 _FROM_BASE = ("BackendUnsuitable", "Embedding", "EncoderError", "ImageEncoder", "l2_normalise")
 
 
@@ -57,7 +57,7 @@ def _auto(model_path: Path, options: EncoderOptions) -> tuple[ImageEncoder, str]
             skipped.append(f"{row.name}: {reason}")
             continue
         try:
-            enc = row.build(model_path, options)
+            enc = row.open(model_path, options)
         except BackendUnsuitable as err:
             skipped.append(f"{row.name}: {err}")
             continue
@@ -67,9 +67,28 @@ def _auto(model_path: Path, options: EncoderOptions) -> tuple[ImageEncoder, str]
             log.warning("backend auto: %s failed to start (%r); trying the next backend", row.name, err)
             skipped.append(f"{row.name}: failed to start ({err!r})")
             continue
+        declined = row.auto_declines(enc.info) if row.auto_declines else None
+        if declined:
+            _close(enc)
+            skipped.append(f"{row.name}: {declined}")
+            continue
         names = " > ".join(b.name for b in order)
         return enc, f"auto, first usable of {names}: {reason}" + (f"; skipped {'; '.join(skipped)}" if skipped else "")
     raise EncoderError(f"no backend can run {model_path}: " + "; ".join(skipped))
+
+
+def _close(enc) -> None:
+    close = getattr(enc, "close", None)
+    if close is not None:
+        close()
+
+
+def gate_policy(backend: str, policy: str) -> str:
+    """The INT8 gate policy a backend is opened with: `auto` means `require` under `backend: auto`
+    (so auto moves on to a backend where the model passed here) and `warn` for a backend named."""
+    if policy != GATE_AUTO:
+        return policy
+    return "require" if backend == backends.AUTO else "warn"
 
 
 def create_encoder(
@@ -92,10 +111,11 @@ def create_encoder(
     given = {"threads": threads, "performance_hint": performance_hint}
     base_opts = replace(base_opts, **{k: v for k, v in given.items() if v is not None})
     path = Path(model_path)
+    opts = replace(base_opts, gate=gate_policy(backend, base_opts.gate))
     if backend == backends.AUTO:
-        enc, why = _auto(path, replace(base_opts, gate="require"))
+        enc, why = _auto(path, opts)
     else:
-        enc, why = backends.get(backend).build(path, replace(base_opts, gate="warn")), "configured"
+        enc, why = backends.get(backend).open(path, opts), "configured"
     log.info(
         "encoder backend %s (%s), model %s (%s)%s", enc.backend, why, enc.model_id, enc.precision,
         f", {enc.threads} threads" if hasattr(enc, "threads") else "",

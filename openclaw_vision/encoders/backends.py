@@ -9,7 +9,9 @@ tensorrt > torch (CUDA) > openvino > onnxruntime; triton, a remote server, is ne
 `auto` (where the model runs is the user's decision). Adding a backend is its module plus one row.
 
 Kept free of numpy and of the backends' modules: the launch file reads the names at launch time
-with the standard library and PyYAML only (ros/launch_args.py).
+with the standard library and PyYAML only (ros/launch_args.py). Every encoder is made through
+`Backend.open`, which builds the row's encoder and applies the INT8 gate policy (gating.py): no
+backend can skip the gate, and a backend's own code never sees the policy.
 """
 
 from __future__ import annotations
@@ -20,25 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import cpu
+from .options import EncoderOptions
+
 #: the configuration value that means "the first usable row of `auto` order"
 AUTO = "auto"
-
-
-@dataclass(frozen=True)
-class EncoderOptions:
-    """Everything a backend's `build` may need besides the model file (one object, every backend).
-
-    `gate` is the INT8 policy of encoders/base.py `check_gate` (`auto` builds with `require`);
-    the triton_* fields are the node's keys of the same name (config.EncoderConfig)."""
-
-    threads: int = 0
-    performance_hint: str = "latency"
-    gate: str = "warn"
-    triton_url: str = "127.0.0.1:8001"
-    triton_model: str = ""
-    triton_model_version: str = ""
-    triton_shared_memory: str = "auto"
-    triton_timeout: float = 2.0
 
 
 @dataclass(frozen=True)
@@ -54,6 +42,19 @@ class Backend:
     #: what to install when it is missing (the pip extra or package)
     install: str = ""
     description: str = ""
+    #: () -> where an INT8 verdict of this runtime holds (`cpu.isa_record`: the ISA class its integer
+    #: kernels run at); None: a verdict holds wherever the runtime runs (GPUs, a remote server)
+    isa: Callable[[], dict] | None = None
+    #: (the built encoder's ModelInfo) -> why `auto` should pass it on to the next row (a speed rule,
+    #: not the gate: e.g. OpenVINO INT8 on a CPU without VNNI), or None; explicit choices ignore it
+    auto_declines: Callable[[Any], str | None] | None = None
+
+    def open(self, model: Path, options: EncoderOptions):
+        """Build this backend's encoder for `model` and apply the INT8 gate policy to it: the one way
+        every caller (the node, quant, bench, tools) gets an encoder of a table row (encoders/gating.py)."""
+        from .gating import open_checked
+
+        return open_checked(self, Path(model), options)
 
 
 def _cuda_gpu() -> tuple[bool, str]:
@@ -115,7 +116,13 @@ def _build_torch(path: Path, o: EncoderOptions):
 def _build_openvino(path: Path, o: EncoderOptions):
     from .openvino import OpenVinoEncoder
 
-    return OpenVinoEncoder(path, threads=o.threads, performance_hint=o.performance_hint, gate=o.gate)
+    return OpenVinoEncoder(path, threads=o.threads, performance_hint=o.performance_hint)
+
+
+def _openvino_declines(info) -> str | None:
+    from .openvino import declines
+
+    return declines(info)
 
 
 def _build_onnxruntime(path: Path, o: EncoderOptions):
@@ -137,9 +144,10 @@ TABLE: tuple[Backend, ...] = (
     Backend("torch", _torch_usable, _build_torch, gpu=True, install="a CUDA build of torch",
             description="the ONNX graph run by torch on CUDA"),
     Backend("openvino", _openvino_usable, _build_openvino, cpu_runtime=True, install="openclaw_vision[openvino]",
-            description="OpenVINO's CPU plugin (x86)"),
+            description="OpenVINO's CPU plugin (x86)", isa=lambda: cpu.isa_record(onednn=True),
+            auto_declines=_openvino_declines),
     Backend("onnxruntime", lambda: (True, "the CPU default"), _build_onnxruntime, cpu_runtime=True,
-            description="ONNX Runtime on the CPU"),
+            description="ONNX Runtime on the CPU", isa=cpu.isa_record),
     Backend("triton", _triton_usable, _build_triton, auto=False, install="openclaw_vision[triton]",
             description="a Triton Inference Server over gRPC (triton_url); never picked by auto"),
 )  # fmt: skip

@@ -8,7 +8,6 @@ frame's features say the same thing about the weights that made them.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,6 +64,7 @@ class ImageEncoder(Protocol):
     backend: str
     precision: str
     max_batch: int  # the largest batch one `encode` runs at once (larger ones are the caller's to split)
+    info: ModelInfo  # what the model file says about itself: its id, sizes and INT8 gate verdicts
 
     def encode(self, pixels: np.ndarray) -> Embedding:
         """pixels: (N, 3, S, S) float32, normalised per `PreprocessSpec` → Embedding of N rows."""
@@ -139,6 +139,7 @@ class ModelInfo:
     embed_dim: int
     metadata: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
     max_batch: int = DEFAULT_MAX_BATCH  # the file's static batch dimension, else DEFAULT_MAX_BATCH
+    path: Path | None = field(default=None, compare=False)  # the file it was read from (the gate's report is beside it)
 
     @classmethod
     def from_metadata(
@@ -158,36 +159,5 @@ class ModelInfo:
             raise EncoderError(f"{path}: embedding width unknown (no embed_dim metadata, dynamic output shape)")
         batch = _static(input_shape[0]) or DEFAULT_MAX_BATCH
         return cls(
-            meta.get("model_id", path.stem), meta.get("precision", "fp32"), int(size), int(dim), dict(meta), batch
-        )
-
-    def gate_on(self, backend: str) -> dict | None:
-        """The INT8 accuracy gate as measured on `backend` at quantisation time (None: not measured there)."""
-        runtimes = json.loads(self.metadata.get("quant_gate_runtimes", "{}") or "{}")
-        return runtimes.get(backend)
-
-
-#: What to do with an INT8 model that was not gated on the backend about to run it: `require` is
-#: `backend: auto`'s policy (refuse, so auto moves on), `warn` an explicit choice's, `ignore` the
-#: quantiser's (it is measuring that very gate) and the benchmark's.
-GATE_POLICIES = ("require", "warn", "ignore")
-
-
-def check_gate(info: ModelInfo, backend: str, policy: str, log) -> None:
-    """Refuse an INT8 model whose accuracy gate failed on `backend`; with `require`, also one never
-    gated there. Q/DQ models round differently per runtime, so ONNX Runtime's pass is not this one's."""
-    if info.precision != "int8" or policy == "ignore":
-        return
-    gate = info.gate_on(backend)
-    if gate is None:
-        why = f"{info.model_id} (INT8) was not gated on {backend} when it was quantised"
-        if policy == "require":
-            raise BackendUnsuitable(why)
-        log.warning("%s; re-run `openclaw-vision quantize` with %s installed to gate it there", why, backend)
-    elif not gate.get("passed"):
-        from ..quant.evaluate import gate_summary
-
-        raise BackendUnsuitable(
-            f"{info.model_id} (INT8) failed its accuracy gate on {backend}: {gate_summary(gate)};"
-            " use backend onnxruntime"
+            meta.get("model_id", path.stem), meta.get("precision", "fp32"), int(size), int(dim), dict(meta), batch, path
         )

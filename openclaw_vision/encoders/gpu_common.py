@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import Embedding, EncoderError, l2_normalise
+from .base import Embedding, EncoderError, ModelInfo, l2_normalise
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ def model_metadata(path: Path) -> dict[str, str]:
     try:
         import onnx
     except ImportError:  # fall back to ONNX Runtime (always installed), at the cost of loading the graph
-        from .onnxruntime import session
+        from ..ortsession import session
 
         sess = session(path, 1)
         return dict(sess.get_modelmeta().custom_metadata_map)
@@ -123,16 +123,16 @@ class GpuEncoder:
         if not path.is_file():
             raise EncoderError(f"model file not found: {path} (build it with `openclaw-vision export` / `quantize`)")
         meta = model_metadata(path)
-        self.model_id = meta.get("model_id", path.stem)
-        self.precision = meta.get("precision", "fp32")
-        self.image_size = int(meta.get("image_size", 224))
-        self.embed_dim = int(meta.get("embed_dim", 0)) or int(
-            json.loads(meta.get("vision_config", "{}")).get("embed_dim", 0)
-        )
-        if not self.embed_dim:
+        size = int(meta.get("image_size", 224))
+        dim = int(meta.get("embed_dim", 0)) or int(json.loads(meta.get("vision_config", "{}")).get("embed_dim", 0))
+        if not dim:
             raise EncoderError(
                 f"{path}: no embed_dim in the model's metadata (export it with `openclaw-vision export`)"
             )
+        # what every backend offers: the file's id, sizes and gate verdicts (encoders/gating.py reads them)
+        self.info = ModelInfo.from_metadata(meta, path, [None, 3, size, size], [None, dim])
+        self.model_id, self.precision = self.info.model_id, self.info.precision
+        self.image_size, self.embed_dim = self.info.image_size, self.info.embed_dim
 
     def _allocate(self, device: Any, max_batch: int, input_dtype) -> None:
         s = self.image_size

@@ -4,7 +4,9 @@ No second model format: OpenVINO reads the ONNX file itself (its ONNX front end 
 file's metadata under the model's `framework` runtime info, which `ModelInfo` reads exactly as
 for ONNX Runtime). On x86 CPUs its INT8 kernels can beat ONNX Runtime's on the same Q/DQ
 model; the two runtimes may round that model differently, so an INT8 model runs here only as
-far as its accuracy gate was measured here (`check_gate`).
+far as its accuracy gate was measured here, on this ISA class (the backend table's wrapper,
+gating.py, applies the policy to every backend; oneDNN honours ONEDNN_MAX_CPU_ISA, so the class is
+the lower of the CPU's and that cap).
 
 `backend: auto` also leaves INT8 models to ONNX Runtime on CPUs without INT8 dot-product units
 (VNNI/AMX): measured on an AVX2-only AMD EPYC (ViT-B/32, batch 1, 2 threads, one interleaved
@@ -26,13 +28,12 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import cpu
 from .base import (
-    BackendUnsuitable,
     Embedding,
     EncoderError,
     HostInput,
     ModelInfo,
-    check_gate,
     check_model_file,
     checked_output,
     l2_normalise,
@@ -60,15 +61,13 @@ def usable() -> tuple[bool, str]:
     return True, f"{machine}, openvino {version()} importable"
 
 
-def int8_dot_units() -> list[str]:
-    """The CPU's INT8 dot-product extensions (AMX, AVX-512 VNNI, AVX-VNNI) from /proc/cpuinfo."""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            line = next((ln for ln in fh if ln.startswith("flags")), "")
-    except OSError:
-        return []
-    flags = set(line.split(":", 1)[-1].split())
-    return [f for f in ("amx_int8", "avx512_vnni", "avx_vnni") if f in flags]
+def declines(info) -> str | None:
+    """Why `backend: auto` should leave this model to the next backend although OpenVINO can run it:
+    INT8 on a CPU without INT8 dot-product units (VNNI/AMX), where ONNX Runtime's INT8 kernels are
+    faster (measured: the module doc). None: take it."""
+    if info.precision == "int8" and not cpu.int8_dot_units():
+        return "INT8 on a CPU without VNNI/AMX, where ONNX Runtime's INT8 kernels are faster"
+    return None
 
 
 def version() -> str:
@@ -84,9 +83,7 @@ def _dims(shape) -> list[int | None]:
 class OpenVinoEncoder(HostInput):
     backend = "openvino"
 
-    def __init__(
-        self, model_path: str | Path, threads: int = 0, performance_hint: str = "latency", gate: str = "warn"
-    ) -> None:
+    def __init__(self, model_path: str | Path, threads: int = 0, performance_hint: str = "latency") -> None:
         if performance_hint not in HINTS:
             raise EncoderError(f"unknown performance_hint {performance_hint!r}; choose one of {', '.join(HINTS)}")
         try:
@@ -105,11 +102,6 @@ class OpenVinoEncoder(HostInput):
         self.info = ModelInfo.from_metadata(
             meta, path, _dims(model.inputs[0].get_partial_shape()), _dims(model.outputs[0].get_partial_shape())
         )
-        check_gate(self.info, self.backend, gate, log)
-        if gate == "require" and self.info.precision == "int8" and not int8_dot_units():
-            raise BackendUnsuitable(
-                "INT8 on a CPU without VNNI/AMX, where ONNX Runtime's INT8 kernels are faster (encoders/openvino.py)"
-            )
         self.model_id, self.precision = self.info.model_id, self.info.precision
         self.image_size, self.embed_dim = self.info.image_size, self.info.embed_dim
         self.max_batch = self.info.max_batch

@@ -24,6 +24,7 @@ at once without a network call. The recovery is logged with how long the server 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import socket
@@ -35,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from .backends import EncoderOptions
+from .. import gate
 from .base import (
     Embedding,
     EncoderError,
@@ -46,6 +47,7 @@ from .base import (
     l2_normalise,
     one_line,
 )
+from .options import EncoderOptions
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +66,17 @@ def model_name(path: str | Path) -> str:
     return Path(path).name.removesuffix(".onnx").replace(".", "_")
 
 
-def model_parameters(info: ModelInfo) -> dict[str, str]:
-    """What the server's model config carries about the weights (PARAMETER_KEYS)."""
-    return {"model_id": info.model_id, "precision": info.precision, "image_size": str(info.image_size),
-            "embed_dim": str(info.embed_dim)}  # fmt: skip
+def model_parameters(info: ModelInfo, served_by: str, verdict: gate.Verdict | None = None) -> dict[str, str]:
+    """What the server's model config carries about the weights (PARAMETER_KEYS), and for an INT8 model
+    the accuracy-gate verdict of `served_by` (the runtime the server runs it on: `verdict`, else the
+    model's own for that runtime) as the `triton` backend's, which the client's gate judges it by."""
+    params = {"model_id": info.model_id, "precision": info.precision, "image_size": str(info.image_size),
+              "embed_dim": str(info.embed_dim)}  # fmt: skip
+    verdict = verdict or gate.verdicts(info.metadata).get(served_by)
+    if info.precision == "int8" and verdict is not None:
+        params[gate.RUNTIMES_KEY] = gate.encode_verdicts({"triton": verdict})
+        params["served_by"] = served_by
+    return params
 
 
 def read_local_info(path: Path) -> ModelInfo:
@@ -167,6 +176,11 @@ class TritonEncoder(HostInput):
             raise EncoderError(f"Triton at grpc://{self.url}: model {self.model!r}: {one_line(err)}") from err
         config = config.get("config", config)
         served = _unwrap(config.get("parameters", {}))
+        # the gate judges the served model by the server's verdict, not the local file's (gating.py)
+        local = {k: v for k, v in self.info.metadata.items() if k != gate.RUNTIMES_KEY}
+        if gate.RUNTIMES_KEY in served:
+            local[gate.RUNTIMES_KEY] = served[gate.RUNTIMES_KEY]
+        self.info = dataclasses.replace(self.info, metadata=local)
         if served.get("model_id") != self.model_id:
             raise EncoderError(
                 f"Triton at grpc://{self.url} serves {self.model!r} with model id {served.get('model_id')!r}, but the "

@@ -45,6 +45,9 @@ class VisionConfig:
         return patch + self.layers * (attn_proj + attn_core + mlp) + proj
 
 
+#: the model every tool and node uses unless told otherwise
+DEFAULT_MODEL = "ViT-B-32"
+
 MODEL_CONFIGS: dict[str, VisionConfig] = {
     # A test-sized tower: same code paths, milliseconds per frame.
     "tiny": VisionConfig(image_size=224, patch_size=32, width=64, layers=2, heads=4, mlp_dim=256, embed_dim=32),

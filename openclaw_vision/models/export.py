@@ -246,7 +246,7 @@ def compare_onnx(
     path: Path, io: TowerIO, cases: list[CheckCase], refs: list[np.ndarray], min_cosine: float = 0.9999
 ) -> float:
     """Run ONNX Runtime on every case; the worst cosine against PyTorch's `refs` (raises below `min_cosine`)."""
-    from ..encoders.onnxruntime import session
+    from ..ortsession import session
 
     sess = session(path)
     worst = 1.0
@@ -260,12 +260,6 @@ def compare_onnx(
     if worst < min_cosine:
         raise ExportCheckError(f"ONNX Runtime vs PyTorch cosine {worst:.6f} < {min_cosine}")
     return worst
-
-
-def check_export(model: Tower, path: Path, min_cosine: float = 0.9999, seed: int = 2) -> float:
-    """Run torch and ONNX Runtime on the same random inputs (batch 1 and 3); return the worst cosine."""
-    cases = check_cases(model, seed)
-    return compare_onnx(path, TowerIO.of(model, ""), cases, torch_outputs(model, cases), min_cosine)
 
 
 def export_model(

@@ -80,8 +80,6 @@ class Encoding:
         return height * 3 // 2 if self.planar420 else height
 
 
-_PACKED = {"RGB": 3, "BGR": 3, "RGBA": 4, "BGRA": 4, "GRAY": 1}
-
 #: every supported encoding name → its layout
 ENCODINGS: dict[str, Encoding] = {
     "rgb8": Encoding(3, "RGB"),

@@ -26,25 +26,16 @@ from . import cpu
 from .encodings import ENCODINGS, FrameError
 from .spec import PreprocessSpec, crop_box
 
-#: encoding name → the kernel's ENC_* number (cuda/preprocess.cu). The CPU path's encodings are
-#: mapped by their layout (so a new alias such as 8UC3 needs no entry here); the rest by name.
-LAYOUT_CODES = {"RGB": 0, "BGR": 1, "RGBA": 2, "BGRA": 3, "GRAY": 4, "UYVY": 5, "YUYV": 6}
-NAMED_CODES = {
-    # ROS names a Bayer pattern by its first row (cv_bridge maps bayer_rggb8 to OpenCV's BayerBG:
-    # ros-perception/vision_opencv, humble, cv_bridge/src/cv_bridge.cpp lines 196-210).
-    "bayer_rggb8": 7,
-    "bayer_bggr8": 8,
-    "bayer_gbrg8": 9,
-    "bayer_grbg8": 10,
-    "nv12": 11,
-    "nv21": 12,
-    "mono16": 13,
-    "16UC1": 13,
-}
-#: bytes per pixel of the first plane, for the encodings named above
-_NAMED_BPP = {7: 1, 8: 1, 9: 1, 10: 1, 11: 1, 12: 1, 13: 2}
-_PAIRED = (5, 6)  # 4:2:2 — chroma shared by pixel pairs
-_SEMIPLANAR = (11, 12)  # 4:2:0 — a half-height chroma plane after the luma rows
+#: pixel layout (encodings.ENCODINGS) → the kernel's ENC_* number (cuda/preprocess.cu). Encodings
+#: reach the kernel through their layout, so an alias (8UC3, 16UC1, uyvy) needs no entry here.
+LAYOUT_CODES = {"RGB": 0, "BGR": 1, "RGBA": 2, "BGRA": 3, "GRAY": 4, "UYVY": 5, "YUYV": 6, "BAYER_RGGB": 7,
+                "BAYER_BGGR": 8, "BAYER_GBRG": 9, "BAYER_GRBG": 10, "NV12": 11, "NV21": 12, "GRAY16": 13}  # fmt: skip
+#: kernel code → the table's layout facts (aliases share a code, and their facts)
+_BY_CODE = {LAYOUT_CODES[e.layout]: e for e in ENCODINGS.values() if e.layout in LAYOUT_CODES}
+_PAIRED = tuple(c for c, e in _BY_CODE.items() if e.even_width and not e.planar420)  # 4:2:2: chroma per pixel pair
+_SEMIPLANAR = tuple(c for c, e in _BY_CODE.items() if e.planar420)  # 4:2:0: a half-height chroma plane after luma
+#: the encodings the kernel reads: every one of the table whose layout it has a code for
+GPU_ENCODINGS = tuple(name for name, e in ENCODINGS.items() if e.layout in LAYOUT_CODES)
 
 #: Launch geometry. Each thread computes one output column for ROWS_PER_THREAD rows.
 ROWS_PER_THREAD = 4
@@ -52,18 +43,16 @@ BLOCK = (32, 4)
 
 
 def encoding_code(encoding: str) -> int:
-    if encoding in NAMED_CODES:
-        return NAMED_CODES[encoding]
     if encoding in ENCODINGS and ENCODINGS[encoding].layout in LAYOUT_CODES:
         return LAYOUT_CODES[ENCODINGS[encoding].layout]
-    known = sorted({*ENCODINGS, *NAMED_CODES})
-    raise FrameError(f"unsupported encoding {encoding!r} on the GPU path; supported: {', '.join(known)}")
+    raise FrameError(
+        f"unsupported encoding {encoding!r} on the GPU path; supported: {', '.join(sorted(GPU_ENCODINGS))}"
+    )
 
 
 def bytes_per_pixel(code: int) -> int:
-    if code in _NAMED_BPP:
-        return _NAMED_BPP[code]
-    return {0: 3, 1: 3, 2: 4, 3: 4, 4: 1, 5: 2, 6: 2}[code]
+    """Bytes per pixel of the (first) plane of the kernel's encoding `code`."""
+    return _BY_CODE[code].bytes_per_pixel
 
 
 def raw_nbytes(height: int, width: int, step: int, encoding: str) -> int:

@@ -25,7 +25,6 @@ from pathlib import Path
 
 import numpy as np
 
-from ..numerics import kl_from_logits
 from ..text.zero_shot import LabelSet, ModelMismatch, check_same_model
 
 log = logging.getLogger(__name__)
@@ -80,21 +79,6 @@ def find_reference(image_model_id: str, text_model: Path | None, threads: int = 
             raise ValueError(f"--text-model: {err}") from None
         return None, f"not computed: {path} is another model's text tower ({err})"
     return ref, f"{len(ref.labels)} labels through the FP32 text tower {ref.model_id}"
-
-
-def zero_shot(candidate: np.ndarray, reference: np.ndarray, text: TextReference) -> tuple[float, float]:
-    """(top-1 agreement, mean KL(p_ref ‖ p_candidate)) of unit image rows of the same frames.
-
-    Agreement follows the gate's tie rule (`evaluate.top1_agreement`): a frame where INT8 picks
-    another label than FP32 agrees when FP32 scored the two closer than the INT8 model moved that
-    frame's other label scores (a near-tie the integer kernels decide).
-    The KL is over every label and has no tie rule: it is reported."""
-    from .evaluate import top1_agreement
-
-    ref_cos, cand_cos = reference @ text.embeddings.T, candidate @ text.embeddings.T
-    agree = top1_agreement(ref_cos, cand_cos)
-    kl = kl_from_logits(text.logit_scale * ref_cos, text.logit_scale * cand_cos)
-    return float(agree.mean()), float(kl.mean())
 
 
 def text_term(int8_text: np.ndarray | None = None, fp32_text: np.ndarray | None = None) -> float:

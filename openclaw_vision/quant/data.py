@@ -16,6 +16,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from .. import bags
 from ..errors import OpenclawError
 from ..preprocess.compressed import CompressedFrame
 from ..preprocess.cpu import CpuPreprocessor
@@ -41,27 +42,17 @@ def _stride(count: int, limit: int, spread: int) -> tuple[int, int]:
     return 1, count
 
 
-def _message_count(path: Path, topic: str) -> int:
-    from rosbags.rosbag2 import Reader
-
-    with Reader(Path(path)) as reader:
-        return sum(c.msgcount for c in reader.connections if c.topic == topic)
-
-
 def _frames_from_bag(path: Path, topic: str | None, limit: int, spread: int) -> Iterator[Frame]:
-    """The bag's camera frames as the node reads them (`bags.iter_frames`: raw or compressed, the
-    header's stamp and frame_id kept); compressed ones decoded here, since calibration resizes them."""
-    from ..bags import camera_topics, iter_frames
-
-    topics = camera_topics(path)
-    if not topics:
-        raise CalibrationDataError(f"{path}: no sensor_msgs/msg/Image or CompressedImage topic in this bag")
-    topic = topic or next(iter(topics))
-    if topic not in topics:
-        raise CalibrationDataError(f"{path}: no image topic {topic!r}; it has {', '.join(topics)}")
-    every, limit = _stride(_message_count(path, topic), limit, spread)
+    """The frames of the bag's camera (`bags.camera_source`: which topic, raw or compressed, folder or
+    file) as the node reads them, the header's stamp and frame_id kept; compressed ones decoded here,
+    since calibration resizes them."""
     try:
-        for frame in iter_frames(path, topic, limit, every):
+        source = bags.camera_source(path, topic)
+    except bags.BagError as err:
+        raise CalibrationDataError(str(err)) from err
+    every, limit = _stride(source.messages, limit, spread)
+    try:
+        for frame in bags.iter_frames(path, source.topic, limit, every):
             yield frame.decode() if isinstance(frame, CompressedFrame) else frame
     except FrameError as err:
         raise CalibrationDataError(str(err)) from err
@@ -83,8 +74,8 @@ MAX_FRAMES = 256
 
 
 def iter_frames(source: Path, topic: str | None = None, limit: int = 0, spread: int = MAX_FRAMES) -> Iterator[Frame]:
-    """Frames from a rosbag2 directory (any image topic; the first by default) or a folder of images,
-    one at a time: a recording is never held in memory whole.
+    """Frames from a bag (a rosbag2 folder or a .mcap / .db3 file; its camera by `bags.camera_source`)
+    or a folder of images, one at a time: a recording is never held in memory whole.
 
     `limit`: the first `limit` frames. Otherwise at most `spread` frames, evenly spread over the
     whole recording (0: every frame). The source is checked before the first frame is read.
@@ -92,12 +83,12 @@ def iter_frames(source: Path, topic: str | None = None, limit: int = 0, spread: 
     source = Path(source)
     if not source.exists():
         raise CalibrationDataError(f"{source}: no such bag or folder")
-    if (source / "metadata.yaml").is_file():
+    if bags.is_bag(source):
         frames = _frames_from_bag(source, topic, limit, spread)
     elif source.is_dir():
         frames = _frames_from_folder(source, limit, spread)
     else:
-        raise CalibrationDataError(f"{source}: expected a rosbag2 directory or a folder of images")
+        raise CalibrationDataError(f"{source}: expected a rosbag2 folder, a .mcap or .db3 file, or a folder of images")
     first = next(frames, None)
     if first is None:
         raise CalibrationDataError(f"{source}: no frames")

@@ -12,12 +12,20 @@ baseline is the same interpreter after importing numpy and onnxruntime, before t
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
+from .. import children
+from ..errors import OpenclawError
 from ..models.onnx_files import files_size
 from ..phases import release_free_memory, rss_mb
+
+#: ViT-bigG-14 FP32: minutes to load 7.4 GB
+MEASURE_TIMEOUT_S = 3600.0
+
+
+class MemoryMeasureError(OpenclawError, RuntimeError):
+    """The child that measures a session's memory failed (its output's tail says why)."""
 
 
 def _peak_mb() -> float:
@@ -34,7 +42,7 @@ def measure_here(model: Path) -> dict[str, float]:
     import numpy as np
 
     base = _peak_mb()
-    from ..encoders.onnxruntime import session
+    from ..ortsession import session
 
     sess = session(model)
     inp = sess.get_inputs()[0]
@@ -53,14 +61,10 @@ def measure_here(model: Path) -> dict[str, float]:
 
 def measure(model: Path) -> dict[str, float]:
     """File size and session memory of `model`, measured in a child interpreter."""
-    out = subprocess.run(
-        [sys.executable, "-m", "openclaw_vision.quant.memory", str(model)],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=3600,  # ViT-bigG-14 FP32: minutes to load 7.4 GB
-    )
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    done = children.run(children.python("-m", "openclaw_vision.quant.memory", str(model)), timeout=MEASURE_TIMEOUT_S)
+    if not done.ok:
+        raise MemoryMeasureError(f"measuring the session memory of {model}: the child {done.how}:\n{done.tail()}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
     result["file_mb"] = round(files_size(Path(model)) / 1e6, 2)  # the .onnx and its data file
     return result
 

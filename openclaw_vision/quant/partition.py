@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .evaluate import Evaluator, GateSpec, Metrics, worst
+from ..gate import GateSpec, Metrics
+from .evaluate import Evaluator, worst
 
 
 @dataclass

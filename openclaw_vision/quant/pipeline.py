@@ -25,19 +25,25 @@ through the CLI) reads by attribute and `report.write` saves.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import time
+import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from ..encoders.onnxruntime import session
+from .. import gate
+from ..encoders import gating
+from ..gate import GATE_KEY, GateSpec, Metrics, gate_summary
 from ..models import onnx_files
+from ..ortsession import session
 from ..phases import PhaseLog
+from ..stats import Variant, first_call_s, run_interleaved
 from . import calibrate, crossmodal, data, memory, partition, sensitivity
-from .evaluate import Evaluator, GateSpec, Metrics, embed, gate_summary, worst
+from .evaluate import Evaluator, embed, worst
 from .graph import quantisable_layers
 from .qdq import SCHEMES, build_probe_model, build_qdq_model, build_switch_model
 from .runtimes import installed_runtimes, stamp
@@ -99,7 +105,14 @@ class QuantOptions:
     measure_memory: bool = True
     text_model: Path | None = None  # FP32 text export for the gate's text term; None: the data home's, if any
     text: bool = True  # False: no text term
+    report: Path | None = None  # the report folder (the re-gate set goes there); None: `report_dir`'s default
     partition_runtimes: tuple[str, ...] = ("onnxruntime",)  # the runtimes the partition's gate scores on
+
+    @property
+    def report_dir(self) -> Path:
+        """The report folder: `report`, else beside the model (x.int8.onnx → x.int8.report), so that the
+        re-gate set travels with the model when the folder it is in is copied."""
+        return self.report or self.out.with_suffix(".report")
 
 
 #: report.json keys that are the rounded worst metrics (`as_dict` writes them from `worst`).
@@ -174,26 +187,17 @@ def _progress():
 
 
 def _latency_ms(sessions: dict, x: np.ndarray, budget_s: float = 20.0, rounds: int = 3) -> dict[str, float]:
-    """Median batch-1 latency of each session, interleaved round by round (indicative; bench is the reference).
-
-    Iterations per round shrink for slow models so the check takes about `budget_s` in total.
-    """
-    name = {k: s.get_inputs()[0].name for k, s in sessions.items()}
-    out_name = {k: s.get_outputs()[0].name for k, s in sessions.items()}
-    first = {}
-    for k, s in sessions.items():
-        t = time.perf_counter()
-        s.run([out_name[k]], {name[k]: x})
-        first[k] = time.perf_counter() - t
+    """Median batch-1 latency of each session, interleaved round by round (indicative; bench is the reference):
+    the package's one timing harness (stats.run_interleaved). Iterations per round shrink for slow models so
+    the check takes about `budget_s` in total."""
+    variants = []
+    for k, sess in sessions.items():
+        feed, out = {sess.get_inputs()[0].name: x}, [sess.get_outputs()[0].name]
+        variants.append(Variant(k, lambda sess=sess, feed=feed, out=out: sess.run(out, feed)))
+    first = first_call_s(variants)  # also the warm-up
     iters = int(np.clip(budget_s / rounds / max(sum(first.values()), 1e-3), 1, 5))
-    times: dict[str, list[float]] = {k: [] for k in sessions}
-    for _ in range(rounds):
-        for k, s in sessions.items():
-            for _ in range(iters):
-                t = time.perf_counter()
-                s.run([out_name[k]], {name[k]: x})
-                times[k].append((time.perf_counter() - t) * 1000)
-    return {k: round(float(np.median(v)), 2) for k, v in times.items()}
+    run_interleaved(variants, rounds, iters, warmup=0)
+    return {v.name: round(float(np.median(v.samples_ms)), 2) for v in variants}
 
 
 @dataclass
@@ -304,208 +308,263 @@ def checks_phase(int8_path: Path, qdata, opts: QuantOptions, big: bool, phases: 
     return Checks(float(f"{np.abs(one - eight).max():.3g}"), latency, mem)
 
 
+#: Held-out frames per row kept in the re-gate set (float16 224² pixels: ~0.3 MB each).
+REGATE_FRAMES = 16
+
+
+def _candidate_builder(ws: Workspace, layers, ranges: dict, opts: QuantOptions):
+    """(layers kept float, calibration method) → the path of that candidate Q/DQ model in the workspace."""
+    count = itertools.count(1)
+
+    def build(keep: frozenset[str], method: str = opts.method) -> Path:
+        model = build_qdq_model(ws.graph, layers, ranges[method], opts.scheme, keep, weights=ws.weights)
+        return ws.write(model, f"candidate{next(count)}")
+
+    return build
+
+
+def final_model(ws: Workspace, layers, cal: Calibration, part, qdata, opts: QuantOptions):
+    """The chosen partition as one Q/DQ model, with its calibration and the partition's verdict in its metadata."""
+    w = worst(part.metrics)
+    calibration = {"method": opts.method, "percentile": opts.percentile, "frames": qdata.calibration_frames,
+                   "source": str(opts.calib)}  # fmt: skip
+    return build_qdq_model(
+        ws.graph, layers, cal.ranges[opts.method], opts.scheme, frozenset(part.kept_float),
+        metadata={"quant_calibration": json.dumps(calibration),
+                  GATE_KEY: json.dumps({"passed": part.passed, **w.as_dict()})},
+        weights=ws.weights,
+    )  # fmt: skip
+
+
+def save_regate(folder: Path, run: str, qdata, cal: Calibration, text_ref) -> Path:
+    """The re-gate set in the report folder: up to REGATE_FRAMES held-out frames per row with their FP32
+    references (and the gate's label embeddings), so a runtime meeting this model on another ISA class
+    can gate it there without the bag (encoders/gating.py)."""
+    rows = {}
+    for res, pixels in qdata.heldout.items():
+        keep = np.linspace(0, len(pixels) - 1, min(REGATE_FRAMES, len(pixels))).round().astype(int)
+        rows[res] = (pixels[keep], cal.reference[res][keep])
+    labels = text_ref.embeddings if text_ref is not None else None
+    scale = text_ref.logit_scale if text_ref is not None else 0.0
+    return gating.save_regate_set(folder, run, rows, labels, scale)
+
+
+def _sizes(fp32: Path, int8: Path) -> dict[str, float]:
+    fp32_bytes, int8_bytes = onnx_files.files_size(fp32), onnx_files.files_size(int8)
+    return {"fp32": round(fp32_bytes / 1e6, 2), "int8": round(int8_bytes / 1e6, 2),
+            "cut_percent": round(100 * (1 - int8_bytes / fp32_bytes), 1)}  # fmt: skip
+
+
+@dataclass
+class Found:
+    """Everything the phases measured, for the report's sections."""
+
+    src: Source
+    qdata: data.QuantData
+    cal: Calibration
+    text_ref: crossmodal.TextReference | None
+    text_note: str
+    evaluator: Evaluator
+    methods: dict[str, MethodScore]
+    rank: Ranking
+    part: partition.Partition
+    by_runtime: dict
+    checks: Checks
+    max_float: int
+    int8_files: list[str]
+
+
+def _calibration_section(opts: QuantOptions, f: Found) -> dict:
+    caps = {"calibration": f.src.calib_cap, "heldout": f.src.held_cap, "probe": f.src.probe_n}
+    cut = (f.src.calib_cap or f.src.held_cap) and not (opts.calib_frames or opts.heldout_frames)
+    return {
+        "method": opts.method, "percentile": opts.percentile, "source": str(opts.calib),
+        "frames": f.qdata.calibration_frames, "heldout_frames": len(f.qdata.native), "passes": 1,
+        "images_per_run": f.cal.images_per_run, "frame_caps": caps, "flops_per_image": f.src.flops,
+        "note": "frame counts cut to the FP32 compute budget (big model)" if cut else "",
+    }  # fmt: skip
+
+
+def _gate_sections(opts: QuantOptions, f: Found) -> dict:
+    w = worst(f.part.metrics)
+    checks = [{**asdict(c), "requirement": c.requirement(), "value": getattr(w, c.metric)} for c in opts.gate.checks()]
+    return {
+        "gate": {
+            "mean_cosine": opts.gate.mean_cosine, "min_cosine": opts.gate.min_cosine,
+            "nn_agreement": opts.gate.nn_agreement, "checks": checks,
+            "zero_shot_top1": opts.gate.zero_shot_top1 if f.text_ref else None,
+            "rows": [r.name for r in f.evaluator.rows], "resolutions": list(f.qdata.heldout),
+        },
+        "collapse": {
+            "image": float(f"{w.collapse:.4g}"), "text": crossmodal.text_term(),
+            "cmcd": float(f"{w.collapse + crossmodal.text_term():.4g}"), "text_note": crossmodal.TEXT_TERM_NOTE,
+        },
+        "zero_shot": {
+            "top1_agreement": w.zero_shot_top1,
+            "kl": None if w.zero_shot_kl is None else float(f"{w.zero_shot_kl:.4g}"),
+            "note": f.text_note, **(f.text_ref.describe() if f.text_ref else {}),
+        },
+        "per_resolution": {res: m.as_dict() for res, m in f.part.metrics.items()},
+        "gate_by_runtime": f.by_runtime,
+        "regate": {"set": gate.REGATE_SET, "frames_per_row": REGATE_FRAMES,
+                   "note": "held-out pixels (float16) and FP32 references: a runtime re-gates here on another ISA"},
+    }  # fmt: skip
+
+
+def _sensitivity_sections(opts: QuantOptions, f: Found) -> dict:
+    local, sens = f.rank.local, f.rank.sweep
+    agree = None
+    if local and sens:
+        agree = sensitivity.rank_agreement(sensitivity.local_ranking(local), sensitivity.ranking(sens))
+    return {
+        "ranking": "end-to-end sweep" if sens else ("local SQNR" if local else "graph order (no sensitivity run)"),
+        "sweep": {"ran": bool(sens), "mode": opts.sweep, "estimated_s": round(f.rank.sweep_cost, 1),
+                  "budget_s": opts.sweep_budget_s},
+        "sensitivity": [s.as_dict() for s in sens],
+        "sensitivity_by_role": {k: float(f"{v:.4g}") for k, v in sensitivity.by_group(sens, "role").items()},
+        "sensitivity_by_block": {k: float(f"{v:.4g}") for k, v in sensitivity.by_group(sens, "block").items()},
+        "sensitivity_local": [r.as_dict() for r in local],
+        "sensitivity_local_frames": len(data.spread(f.qdata.calibration, f.src.probe_n)) if local else 0,
+        "sensitivity_blocks": sensitivity.block_table(local),
+        "rank_agreement": None if agree is None else round(agree, 3),
+    }  # fmt: skip
+
+
+def sections(opts: QuantOptions, f: Found) -> dict:
+    """report.json's sections beyond the verdict (stable keys: report.py and the tests read them)."""
+    layers, part = f.src.layers, f.part
+    random_init = "random" in f.src.meta.get("model_id", "")
+    return {
+        "model_note": "random-init weights (no download): accuracy numbers describe this model, not real CLIP"
+        if random_init else "checkpoint weights",
+        "fp32_model": str(opts.fp32_model), "int8_files": f.int8_files, "scheme": opts.scheme,
+        "calibration": _calibration_section(opts, f),
+        **_gate_sections(opts, f),
+        "quantised": len(layers) - len(part.kept_float),
+        "kept_float_labels": [next(x.label for x in layers if x.node == n) for n in part.kept_float],
+        "float_by_construction": "LayerNormalization, Softmax, GELU, residual Add, attention QK^T and PV MatMuls",
+        "max_float": f.max_float,
+        "trials": [{"keep_float": t.keep_float, **worst(t.metrics).as_dict(), "passed": t.passed(opts.gate)}
+                   for t in part.trials],
+        "methods": {m: r.as_dict() for m, r in f.methods.items()},
+        **_sensitivity_sections(opts, f),
+        "memory": f.checks.memory, "batch_invariance_max_abs": f.checks.batch_invariance_max_abs,
+        "fp32_seconds_per_image": round(f.cal.fp32_s_per_image, 3),
+    }  # fmt: skip
+
+
+def _check(opts: QuantOptions) -> None:
+    for value, known, what in ((opts.scheme, SCHEMES, "scheme"), (opts.method, calibrate.METHODS, "calibration method"),
+                               (opts.sweep, SWEEP_MODES, "sweep mode")):  # fmt: skip
+        if value not in known:
+            raise ValueError(f"unknown {what} {value!r}; choose one of {', '.join(known)}")
+    onnx_files.check_data_files(opts.fp32_model)
+
+
+@dataclass
+class Source:
+    """What the FP32 file says about itself, and the frame counts its compute budget allows."""
+
+    meta: dict[str, str]
+    layers: list
+    flops: float | None
+    calib_cap: int
+    held_cap: int
+    probe_n: int
+
+    @property
+    def model_id(self) -> str:
+        return self.meta.get("model_id", "")
+
+    @classmethod
+    def read(cls, opts: QuantOptions) -> Source:
+        graph = onnx_files.load_graph(opts.fp32_model)
+        meta = onnx_files.metadata_of(graph)
+        if meta.get("precision", "fp32") != "fp32":
+            raise ValueError(f"{opts.fp32_model} is a {meta['precision']} model; quantize the FP32 export")
+        flops = _flops(meta)
+        probe = opts.probe_frames or min(PROBE_FRAMES, _cap(PROBE_BUDGET_FLOP, flops, MIN_PROBE) or PROBE_FRAMES)
+        calib = opts.calib_frames or _cap(CALIB_BUDGET_FLOP, flops, MIN_CALIB)
+        held = opts.heldout_frames or _cap(HELDOUT_BUDGET_FLOP, flops, MIN_HELDOUT)
+        return cls(meta, quantisable_layers(graph), flops, calib, held, probe)
+
+
+def read_phase(opts: QuantOptions, src: Source, frames, progress) -> data.QuantData:
+    """The frames, preprocessed and split (only what the caps keep is read, spread over the recording).
+    The held-out pixels are rounded to float16 here, before any reference is taken: they are stored so
+    in the re-gate set (encoders/gating.py), and the references must belong to exactly those pixels."""
+    spread = opts.max_frames
+    if src.calib_cap and src.held_cap and not opts.limit:
+        h = opts.holdout_every
+        spread = min(spread or 1 << 30, max(-(-src.calib_cap * h // (h - 1)), src.held_cap * h))
+    if frames is None:
+        frames = data.iter_frames(opts.calib, opts.topic, opts.limit, spread)
+    image_size = int(src.meta.get("image_size", 224))
+    qdata = data.prepare(frames, image_size, str(opts.calib), opts.holdout_every, progress=progress)
+    qdata = qdata.capped(src.calib_cap, src.held_cap)
+    qdata.heldout = {k: v.astype(np.float16).astype(np.float32) for k, v in qdata.heldout.items()}
+    return qdata
+
+
 def quantize(opts: QuantOptions, frames=None) -> QuantResult:
     """Run the whole job and return its result (`report.write` saves it). See the module doc.
 
     `frames`: calibration frames already in memory (any iterable); `opts.calib` is then only their description.
     """
-    if opts.scheme not in SCHEMES:
-        raise ValueError(f"unknown scheme {opts.scheme!r}; choose one of {', '.join(SCHEMES)}")
-    if opts.method not in calibrate.METHODS:
-        raise ValueError(f"unknown calibration method {opts.method!r}; choose one of {', '.join(calibrate.METHODS)}")
-    if opts.sweep not in SWEEP_MODES:
-        raise ValueError(f"unknown sweep mode {opts.sweep!r}; choose one of {', '.join(SWEEP_MODES)}")
-    onnx_files.check_data_files(opts.fp32_model)
-    t0 = time.perf_counter()
-    progress = _progress()
-    phases = PhaseLog()
-    graph = onnx_files.load_graph(opts.fp32_model)
-    meta = onnx_files.metadata_of(graph)
-    if meta.get("precision", "fp32") != "fp32":
-        raise ValueError(f"{opts.fp32_model} is a {meta['precision']} model; quantize the FP32 export")
-    image_size = int(meta.get("image_size", 224))
-    layers = quantisable_layers(graph)
-    del graph
+    _check(opts)
+    t0, progress, phases = time.perf_counter(), _progress(), PhaseLog()
+    src = Source.read(opts)
+    layers = src.layers
     max_float = len(layers) // 4 if opts.max_float < 0 else opts.max_float
-    flops = _flops(meta)
-    calib_cap = opts.calib_frames or _cap(CALIB_BUDGET_FLOP, flops, MIN_CALIB)
-    held_cap = opts.heldout_frames or _cap(HELDOUT_BUDGET_FLOP, flops, MIN_HELDOUT)
-    probe_n = opts.probe_frames or min(PROBE_FRAMES, _cap(PROBE_BUDGET_FLOP, flops, MIN_PROBE) or PROBE_FRAMES)
-
     with phases.phase("read and preprocess frames"):
-        spread = opts.max_frames
-        if calib_cap and held_cap and not opts.limit:  # read only what the caps keep, spread over the recording
-            h = opts.holdout_every
-            spread = min(spread or 1 << 30, max(-(-calib_cap * h // (h - 1)), held_cap * h))
-        if frames is None:
-            frames = data.iter_frames(opts.calib, opts.topic, opts.limit, spread)
-        qdata = data.prepare(frames, image_size, str(opts.calib), opts.holdout_every, progress=progress)
-        del frames
-        qdata = qdata.capped(calib_cap, held_cap)
+        qdata = read_phase(opts, src, frames, progress)
     log.info("%d calibration and %d held-out frames", qdata.calibration_frames, len(qdata.native))
     # A big model: the other calibration methods are scored at the native resolution only.
-    big = bool(flops) and flops * len(qdata.native) * len(qdata.heldout) > HELDOUT_BUDGET_FLOP
-
+    big = bool(src.flops) and src.flops * len(qdata.native) * len(qdata.heldout) > HELDOUT_BUDGET_FLOP
+    report_dir = opts.report_dir
     with Workspace(opts.fp32_model, opts.out.parent) as ws:
         with phases.phase("quantise weights"):
             ws.quantise_weights(layers, progress)
-
         with phases.phase("FP32: calibration pass and reference embeddings"):
             cal = calibration_phase(ws, layers, qdata, opts, progress)
-        ranges, reference, batch, fp32_s_per_image = cal.ranges, cal.reference, cal.images_per_run, cal.fp32_s_per_image
         text_ref, text_note = (
-            crossmodal.find_reference(meta.get("model_id", opts.fp32_model.stem), opts.text_model, opts.threads)
+            crossmodal.find_reference(src.model_id or opts.fp32_model.stem, opts.text_model, opts.threads)
             if opts.text
             else (None, "not computed (--no-text)")
         )
         log.info("zero-shot text term: %s", text_note)
-        evaluator = Evaluator(qdata.heldout, reference, opts.threads, text=text_ref, runtimes=opts.partition_runtimes)
-        built = {"n": 0}
-
-        def build(keep: frozenset[str], method: str = opts.method) -> Path:
-            built["n"] += 1
-            model = build_qdq_model(ws.graph, layers, ranges[method], opts.scheme, keep, weights=ws.weights)
-            return ws.write(model, f"candidate{built['n']}")
-
+        evaluator = Evaluator(qdata.heldout, cal.reference, opts.threads, text=text_ref,
+                              runtimes=opts.partition_runtimes)  # fmt: skip
+        build = _candidate_builder(ws, layers, cal.ranges, opts)
         with phases.phase("calibration methods, every layer INT8"):
             methods = methods_phase(evaluator, build, opts, big)
-        all_int8 = methods[opts.method].scores
-
-        needed = opts.sensitivity or not worst(all_int8).passes(opts.gate)  # the partition needs a ranking
-        rank = sensitivity_phase(ws, layers, qdata, cal, evaluator, opts, probe_n, needed, phases, progress)
-        local, sens, order, sweep_cost = rank.local, rank.sweep, rank.order, rank.sweep_cost
+        needed = opts.sensitivity or not worst(methods[opts.method].scores).passes(opts.gate)  # partition needs a rank
+        rank = sensitivity_phase(ws, layers, qdata, cal, evaluator, opts, src.probe_n, needed, phases, progress)
         with phases.phase("partition"):
-            part = partition.choose(order, build, evaluator, opts.gate, max_float, log.info, all_int8)
-
-        w = worst(part.metrics)
-        final = build_qdq_model(
-            ws.graph,
-            layers,
-            ranges[opts.method],
-            opts.scheme,
-            frozenset(part.kept_float),
-            metadata={
-                "quant_calibration": json.dumps(
-                    {
-                        "method": opts.method,
-                        "percentile": opts.percentile,
-                        "frames": qdata.calibration_frames,
-                        "source": str(opts.calib),
-                    }
-                ),
-                "quant_gate": json.dumps({"passed": part.passed, **w.as_dict()}),
-            },
-            weights=ws.weights,
-        )
+            part = partition.choose(rank.order, build, evaluator, opts.gate, max_float, log.info,
+                                    methods[opts.method].scores)  # fmt: skip
+        final = final_model(ws, layers, cal, part, qdata, opts)
         with phases.phase("gate on every installed runtime"):
             # as each runtime rounds it, through the node's encoder for it
             by_runtime = evaluator.by_runtime(ws.write(final, "final"), opts.gate, installed_runtimes())
-            stamp(final, by_runtime)
+            run = uuid.uuid4().hex[:12]
+            stamp(final, by_runtime, gating.report_entry(report_dir, opts.out, run))
+            save_regate(report_dir, run, qdata, cal, text_ref)
         with onnx_files.Staged(opts.out) as stage:
             with phases.phase("write the INT8 model"):
                 ws.finalize(ws.write(final, "final"), stage.path, opts.data_threshold)
             checks = checks_phase(stage.path, qdata, opts, big, phases)
-            fp32_bytes = onnx_files.files_size(opts.fp32_model)
-            int8_bytes = onnx_files.files_size(stage.path)
-            int8_files = [p.name for p in onnx_files.model_files(stage.path)]
+            sizes = _sizes(opts.fp32_model, stage.path)
+            int8_files = [p.name for p in onnx_files.model_files(stage.path)] if part.passed else []
             if part.passed:
                 stage.commit()
             elif opts.out.exists():
                 onnx_files.remove_model(opts.out)  # a stale model from an earlier passing run must not look current
-
-    sections = {
-        "model_note": "random-init weights (no download): accuracy numbers describe this model, not real CLIP"
-        if "random" in meta.get("model_id", "")
-        else "checkpoint weights",
-        "fp32_model": str(opts.fp32_model),
-        "int8_files": int8_files if part.passed else [],
-        "scheme": opts.scheme,
-        "calibration": {
-            "method": opts.method,
-            "percentile": opts.percentile,
-            "source": str(opts.calib),
-            "frames": qdata.calibration_frames,
-            "heldout_frames": len(qdata.native),
-            "passes": 1,
-            "images_per_run": batch,
-            "frame_caps": {"calibration": calib_cap, "heldout": held_cap, "probe": probe_n},
-            "flops_per_image": flops,
-            "note": "frame counts cut to the FP32 compute budget (big model)"
-            if (calib_cap or held_cap) and not (opts.calib_frames or opts.heldout_frames)
-            else "",
-        },
-        "gate": {
-            "mean_cosine": opts.gate.mean_cosine,
-            "min_cosine": opts.gate.min_cosine,
-            "nn_agreement": opts.gate.nn_agreement,
-            "checks": [
-                {**asdict(c), "requirement": c.requirement(), "value": getattr(w, c.metric)} for c in opts.gate.checks()
-            ],
-            "zero_shot_top1": opts.gate.zero_shot_top1 if text_ref else None,
-            "rows": [r.name for r in evaluator.rows],
-            "resolutions": list(qdata.heldout),
-        },
-        "collapse": {
-            "image": float(f"{w.collapse:.4g}"),
-            "text": crossmodal.text_term(),
-            "cmcd": float(f"{w.collapse + crossmodal.text_term():.4g}"),
-            "text_note": crossmodal.TEXT_TERM_NOTE,
-        },
-        "zero_shot": {
-            "top1_agreement": w.zero_shot_top1,
-            "kl": None if w.zero_shot_kl is None else float(f"{w.zero_shot_kl:.4g}"),
-            "note": text_note,
-            **(text_ref.describe() if text_ref else {}),
-        },
-        "per_resolution": {res: m.as_dict() for res, m in part.metrics.items()},
-        "gate_by_runtime": by_runtime,
-        "quantised": len(layers) - len(part.kept_float),
-        "kept_float_labels": [next(x.label for x in layers if x.node == n) for n in part.kept_float],
-        "float_by_construction": "LayerNormalization, Softmax, GELU, residual Add, attention QK^T and PV MatMuls",
-        "max_float": max_float,
-        "trials": [
-            {"keep_float": t.keep_float, **worst(t.metrics).as_dict(), "passed": t.passed(opts.gate)}
-            for t in part.trials
-        ],
-        "methods": {m: r.as_dict() for m, r in methods.items()},
-        "ranking": "end-to-end sweep" if sens else ("local SQNR" if local else "graph order (no sensitivity run)"),
-        "sweep": {
-            "ran": bool(sens),
-            "mode": opts.sweep,
-            "estimated_s": round(sweep_cost, 1),
-            "budget_s": opts.sweep_budget_s,
-        },
-        "sensitivity": [s.as_dict() for s in sens],
-        "sensitivity_by_role": {k: float(f"{v:.4g}") for k, v in sensitivity.by_group(sens, "role").items()},
-        "sensitivity_by_block": {k: float(f"{v:.4g}") for k, v in sensitivity.by_group(sens, "block").items()},
-        "sensitivity_local": [r.as_dict() for r in local],
-        "sensitivity_local_frames": len(data.spread(qdata.calibration, probe_n)) if local else 0,
-        "sensitivity_blocks": sensitivity.block_table(local),
-        "rank_agreement": round(
-            sensitivity.rank_agreement(sensitivity.local_ranking(local), sensitivity.ranking(sens)), 3
-        )
-        if local and sens
-        else None,
-        "memory": checks.memory,
-        "batch_invariance_max_abs": checks.batch_invariance_max_abs,
-        "fp32_seconds_per_image": round(fp32_s_per_image, 3),
-    }
+    found = Found(src, qdata, cal, text_ref, text_note, evaluator, methods, rank, part, by_runtime, checks,
+                  max_float, int8_files)  # fmt: skip
     return QuantResult(
-        passed=part.passed,
-        model=meta.get("model_id", opts.fp32_model.stem),
-        gate=opts.gate,
-        worst=w,
-        kept_float=part.kept_float,
-        layers=len(layers),
-        int8_model=str(opts.out) if part.passed else None,
-        size_mb={
-            "fp32": round(fp32_bytes / 1e6, 2),
-            "int8": round(int8_bytes / 1e6, 2),
-            "cut_percent": round(100 * (1 - int8_bytes / fp32_bytes), 1),
-        },
-        latency_b1_ms=checks.latency_b1_ms,
-        phases=phases.as_list(),
-        peak_rss_mb=phases.peak_rss_mb,
-        seconds=round(time.perf_counter() - t0, 1),
-        sections=sections,
-    )
+        passed=part.passed, model=src.model_id or opts.fp32_model.stem, gate=opts.gate, worst=worst(part.metrics),
+        kept_float=part.kept_float, layers=len(layers), int8_model=str(opts.out) if part.passed else None,
+        size_mb=sizes, latency_b1_ms=checks.latency_b1_ms, phases=phases.as_list(), peak_rss_mb=phases.peak_rss_mb,
+        seconds=round(time.perf_counter() - t0, 1), sections=sections(opts, found),
+    )  # fmt: skip

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .evaluate import Check
+from ..gate import Check
 
 
 def markdown(r: dict) -> str:

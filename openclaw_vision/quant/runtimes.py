@@ -7,12 +7,12 @@ through the very encoder class of that runtime (`RUNTIMES`, keyed by the backend
 against the same FP32 reference embeddings. `Evaluator.score(model, runtime)` is the only loop
 that uses it, for the partition, the calibration-method rows and the per-runtime gate alike; the
 per-runtime verdicts go into the model's metadata (`quant_gate_runtimes`), which the encoders
-read (`check_gate`): a runtime runs an INT8 model only where it passed the gate.
+read (encoders/gating.py): a runtime runs an INT8 model only where it passed the gate, on the ISA
+class it was measured on (each verdict records it: `Backend.isa`).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -20,8 +20,9 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from .. import gate
 from ..encoders import backends
-from ..encoders.backends import EncoderOptions
+from ..encoders.options import EncoderOptions
 
 log = logging.getLogger(__name__)
 
@@ -33,13 +34,20 @@ def _encoder(name: str) -> Callable[[Path, int], object]:
     """(model path, threads) → the node's encoder of backend `name`, built by the backend table's row."""
     row = backends.get(name)
     # gate "ignore": this is the gate being measured
-    return lambda model, threads: row.build(Path(model), EncoderOptions(threads=threads, gate="ignore"))
+    return lambda model, threads: row.open(Path(model), EncoderOptions(threads=threads, gate="ignore"))
 
 
 #: Runtimes that can run our ONNX files on a CPU (the backend table's `cpu_runtime` rows), in the order
 #: the report lists them (ONNX Runtime, the quantiser's own, first): name → (model path, threads) → encoder.
 RUNTIME_NAMES = tuple(sorted(backends.cpu_runtimes(), key=lambda name: name != "onnxruntime"))
 RUNTIMES: dict[str, Callable[[Path, int], object]] = {name: _encoder(name) for name in RUNTIME_NAMES}
+
+
+def isa_record(runtime: str) -> dict | None:
+    """Where `runtime`'s verdict holds (the backend row's `isa`: the ISA class its kernels run at); None for
+    a runtime with no such row (a GPU's, or one a test added to RUNTIMES)."""
+    row = next((b for b in backends.TABLE if b.name == runtime), None)
+    return row.isa() if row is not None and row.isa else None
 
 
 def installed_runtimes() -> list[str]:
@@ -55,12 +63,14 @@ def embedder(runtime: str, model: Path, threads: int = 0, batch: int = 8) -> Emb
     return lambda x: np.concatenate([enc.encode(x[i : i + batch]).vectors for i in range(0, len(x), batch)])
 
 
-def stamp(model: onnx.ModelProto, rows: dict) -> onnx.ModelProto:
-    """Put the per-runtime verdicts in `model`'s metadata (what `check_gate` reads); returns `model`."""
-    verdicts = {rt: {k: v for k, v in r.items() if k != "per_resolution"} for rt, r in rows.items()}
-    entry = next((p for p in model.metadata_props if p.key == "quant_gate_runtimes"), None)
-    if entry is None:
-        entry = model.metadata_props.add()
-        entry.key = "quant_gate_runtimes"
-    entry.value = json.dumps(verdicts)
+def stamp(model: onnx.ModelProto, rows: dict, report: str) -> onnx.ModelProto:
+    """Put the per-runtime verdicts (`Evaluator.by_runtime` rows) and where the report folder is into
+    `model`'s metadata, what encoders/gating.py reads; returns `model`."""
+    verdicts = {rt: gate.Verdict.from_dict(rt, r) for rt, r in rows.items()}
+    for key, value in ((gate.RUNTIMES_KEY, gate.encode_verdicts(verdicts)), (gate.REPORT_KEY, report)):
+        entry = next((p for p in model.metadata_props if p.key == key), None)
+        if entry is None:
+            entry = model.metadata_props.add()
+            entry.key = key
+        entry.value = value
     return model

@@ -26,9 +26,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..encoders.onnxruntime import session
+from ..gate import Metrics
 from ..numerics import l2_normalise
-from .evaluate import Evaluator, Metrics, compare
+from ..ortsession import session
+from .evaluate import Evaluator, compare
 from .graph import Layer
 from .qdq import SWITCH_INPUT, probe_outputs
 

@@ -11,14 +11,18 @@ deadlock we saw as 10 s write timeouts. Readers keep every sample until we take 
 within a resource limit), so no sample is overwritten unseen; what DDS could not keep is
 reported by `lost()`.
 
-Samples are taken serialized and decoded by us: sensor_msgs/Image and CompressedImage by
-`cdr`'s struct reader, whose `data` is a view of the sample's bytes, every other type by its
+Samples are taken serialized and handed to the subscription core both transports share
+(subscription.py: decode, time, count, guard the callback): sensor_msgs/Image and CompressedImage
+by `cdr`'s struct reader, whose `data` is a view of the sample's bytes, every other type by its
 generated class. The bytes come from `dds_takecdr` (Cyclone's public C API, through ctypes on
 the very libddsc the binding loaded): a reference to the sample Cyclone assembled from the
 network, no copy at all; the reference is released when the last view of it is gone. Where
 that library cannot be found, the binding's `ddspy_take` (what `DataReader.take` calls before
 deserialising) hands over a bytes copy instead. Either way no Python code walks the pixels.
 Publishers take a message object or, like rclpy's, already serialized CDR bytes.
+
+The configuration (dds_config.for_cyclone: CYCLONEDDS_URI, else the shipped loopback file) is
+given to Cyclone when a transport creates its domain, never written into the environment.
 """
 
 from __future__ import annotations
@@ -34,24 +38,37 @@ from typing import Any
 
 import numpy as np
 
-from . import cdr, dds_config
+from . import dds_config
 from .dds_types import idl_type
+from .subscription import DdsQos, SampleIntake, reader_qos, writer_qos
 from .types import Callback, QoS
 
 log = logging.getLogger(__name__)
 
-_uri_lock = threading.Lock()
+_domains_lock = threading.Lock()
+#: domain id → (the Domain our transports in this process share, its configuration); a transport holds
+#: its Domain, so the last one closed deletes it and the next transport creates it anew
+_domains: dict[int, tuple[weakref.ref, str]] = {}
 
 
-def ensure_loopback_config() -> str:
-    """Point CYCLONEDDS_URI at the shipped loopback-only config unless the user chose one, and honour
-    ROS_LOCALHOST_ONLY as rmw_cyclonedds does (dds_config.for_cyclone)."""
-    with _uri_lock:
-        return dds_config.for_cyclone()
+def _domain(domain_id: int, uri: str):
+    """The process's Domain for `domain_id`, created with `uri` as its configuration (what
+    CYCLONEDDS_URI would hold: files and inline XML) by the first transport that needs it.
 
+    Cyclone takes a domain's configuration when the domain is created, from CYCLONEDDS_URI unless it
+    is given one: given here, this process's environment stays as it was (so a replay or a test that
+    starts nodes as children never changes what they inherit)."""
+    from cyclonedds.domain import Domain
 
-#: Samples a reader may hold before we take them (the taking thread normally keeps it near 0).
-READER_BUFFER = 32
+    with _domains_lock:
+        ref, in_force = _domains.get(domain_id, (lambda: None, uri))
+        domain = ref()
+        if domain is None:
+            domain = Domain(domain_id, uri)
+            _domains[domain_id] = (weakref.ref(domain), uri)
+        elif in_force != uri:
+            log.info("DDS: domain %d runs on %s already (asked for %s)", domain_id, in_force, uri)
+        return domain
 
 
 def dds_topic_name(topic: str) -> str:
@@ -61,7 +78,7 @@ def dds_topic_name(topic: str) -> str:
     return "rt" + topic
 
 
-def _qos(q: QoS, reader: bool = False):
+def _qos(q: DdsQos):
     from cyclonedds.core import Policy, Qos
     from cyclonedds.util import duration
 
@@ -70,11 +87,12 @@ def _qos(q: QoS, reader: bool = False):
     else:
         rel = Policy.Reliability.BestEffort
     policies = [rel, Policy.Durability.Volatile, Policy.DataRepresentation(use_cdrv0_representation=True)]
-    if reader:  # history depth does not take part in QoS matching; keep everything until taken
-        limit = max(q.depth, READER_BUFFER)
-        policies += [Policy.History.KeepAll, Policy.ResourceLimits(limit, -1, limit)]
+    if q.history == "keep_all":
+        policies.append(Policy.History.KeepAll)
+        if q.depth:
+            policies.append(Policy.ResourceLimits(q.depth, -1, q.depth))
     else:
-        policies.append(Policy.History.KeepAll if q.history == "keep_all" else Policy.History.KeepLast(q.depth))
+        policies.append(Policy.History.KeepLast(q.depth))
     return Qos(*policies)
 
 
@@ -101,17 +119,6 @@ class _Publisher:
 
     def matched(self) -> int:
         return len(self._writer.get_matched_subscriptions())
-
-
-def sample_decoder(ros_type: str):
-    """bytes → message: cdr's zero-copy struct reader for images (headers as this transport's own
-    Header type), the generated class for the rest."""
-    header_cls, time_cls = idl_type("std_msgs/msg/Header"), idl_type("builtin_interfaces/msg/Time")
-
-    def make_header(sec: int, nanosec: int, frame_id: str):
-        return header_cls(stamp=time_cls(sec=sec, nanosec=nanosec), frame_id=frame_id)
-
-    return cdr.sample_decoder(ros_type, idl_type(ros_type).deserialize, make_header)
 
 
 class _SampleInfo(ctypes.Structure):
@@ -210,25 +217,23 @@ def take_serialized_ref(lib, reader: int, mask: int) -> tuple[Any, bool] | None:
 
 
 class _Subscription:
-    """A reader and the thread that takes its samples and hands them to the callback."""
+    """A reader and the thread that takes its samples and hands them to the intake (subscription.py)."""
 
-    def __init__(self, participant, topic_obj, qos: QoS, topic: str, ros_type: str, callback: Callback) -> None:
+    def __init__(self, participant, topic_obj, qos: QoS, intake: SampleIntake) -> None:
         from cyclonedds.core import InstanceState, ReadCondition, SampleState, ViewState, WaitSet
         from cyclonedds.sub import DataReader
 
-        self._reader = DataReader(participant, topic_obj, qos=_qos(qos, reader=True))
+        self._reader = DataReader(participant, topic_obj, qos=_qos(reader_qos(qos, bounded_keep_all=True)))
         self._waitset = WaitSet(participant)
         self._mask = ViewState.Any | InstanceState.Any | SampleState.Any
         self._cond = ReadCondition(self._reader, self._mask)
         self._waitset.attach(self._cond)
-        self._topic, self._callback = topic, callback
-        self._decode = sample_decoder(ros_type)
+        self.intake = intake
         self._lib = _ddsc()
         self.zero_copy = self._lib is not None  # else the binding's take, one copy
-        self.malformed = 0  # samples whose bytes did not decode (logged; counted in lost())
         self._reliable = qos.reliability == "reliable"
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"dds-take{topic}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"dds-take{intake.topic}", daemon=True)
         self._thread.start()
 
     def _take(self) -> tuple[Any, bool] | None:
@@ -240,7 +245,7 @@ class _Subscription:
             return take_serialized_ref(self._lib, self._reader._ref, int(self._mask))
         ret = ddspy_take(self._reader._ref, self._mask, 1)
         if isinstance(ret, int):
-            raise DDSException(ret, f"taking a sample on {self._topic}")
+            raise DDSException(ret, f"taking a sample on {self.intake.topic}")
         return (ret[0][0], ret[0][1].valid_data) if ret else None
 
     def _run(self) -> None:
@@ -253,26 +258,13 @@ class _Subscription:
                 try:
                     taken = self._take()
                 except Exception:
-                    log.exception("take on %s failed", self._topic)
+                    log.exception("take on %s failed", self.intake.topic)
                     break
                 if taken is None:
                     break
-                raw, valid = taken
-                if not valid:  # a writer left: no data in it
-                    continue
-                try:
-                    msg = self._decode(raw)
-                except Exception as err:  # malformed bytes must not end the subscription
-                    self.malformed += 1
-                    log.warning("undecodable sample on %s (%d bytes): %s", self._topic, len(raw), err)
-                    taken = raw = None
-                    continue
-                dt = time.perf_counter() - t0
-                try:
-                    self._callback(msg, dt)
-                except Exception:  # a failing callback must not end the subscription
-                    log.exception("callback for %s failed", self._topic)
-                taken = raw = msg = None  # keep no sample alive here: its bytes go back when its users are done
+                if taken[1]:  # else a writer left: no data in it
+                    self.intake(taken[0], t0)
+                taken = None  # keep no sample alive here: its bytes go back when its users are done
 
     def matched(self) -> int:
         return len(self._reader.get_matched_publications())
@@ -286,7 +278,7 @@ class _Subscription:
         """
         if self._reader is None:  # closed: the count it ended with
             return self._lost_at_close
-        lost = int(self._reader.get_sample_lost_status().total_count) + self.malformed
+        lost = int(self._reader.get_sample_lost_status().total_count) + self.intake.malformed
         if not self._reliable:
             lost += int(self._reader.get_sample_rejected_status().total_count)
         return lost
@@ -305,9 +297,10 @@ class CycloneTransport:
     def __init__(self, node_name: str, domain_id: int | None = None) -> None:
         from cyclonedds.domain import DomainParticipant
 
-        ensure_loopback_config()
         self.node_name = node_name
+        self.uri = dds_config.for_cyclone(os.environ)  # the configuration in force; the environment is not changed
         domain = int(os.environ.get("ROS_DOMAIN_ID", "0")) if domain_id is None else domain_id
+        self._domain = _domain(domain, self.uri)
         self.participant = DomainParticipant(domain)
         self._topics: dict[str, Any] = {}
         self._subs: list[_Subscription] = []
@@ -329,10 +322,12 @@ class CycloneTransport:
     def publisher(self, topic: str, ros_type: str, qos: QoS) -> _Publisher:
         from cyclonedds.pub import DataWriter
 
-        return _Publisher(DataWriter(self.participant, self._topic(topic, ros_type), qos=_qos(qos)))
+        return _Publisher(DataWriter(self.participant, self._topic(topic, ros_type), qos=_qos(writer_qos(qos))))
 
     def subscribe(self, topic: str, ros_type: str, qos: QoS, callback: Callback) -> _Subscription:
-        sub = _Subscription(self.participant, self._topic(topic, ros_type), qos, topic, ros_type, callback)
+        """Images are read by cdr's struct reader, their `data` a view of Cyclone's own sample (module doc)."""
+        intake = SampleIntake(topic, ros_type, callback, idl_type, idl_type(ros_type).deserialize)
+        sub = _Subscription(self.participant, self._topic(topic, ros_type), qos, intake)
         self._subs.append(sub)
         return sub
 
@@ -347,4 +342,4 @@ class CycloneTransport:
             sub.close()
         self._subs.clear()
         self._topics.clear()
-        self.participant = None
+        self.participant = self._domain = None  # the last transport of its domain gone: DDS deletes the domain

@@ -13,7 +13,9 @@ by DDS when it goes wrong, so the nodes check them here and say the fix in one l
   also selects an interface (config/cyclonedds-loopback.xml names `lo`) makes Cyclone refuse to
   create the domain ("the same interface may not be selected twice"). cyclonedds-python (the pip
   path) knows nothing of ROS_LOCALHOST_ONLY. `for_rclpy` and `for_cyclone` make both paths do
-  what the shipped files mean, with or without it, and keep our own configs on loopback.
+  what the shipped files mean, with or without it, and keep our own configs on loopback. They
+  only read an environment and return the configuration to use: the process that starts DDS
+  applies it (cyclone.py gives it to its domain; rclpy's node process sets it before rclpy.init).
 
 CYCLONEDDS_URI is a comma-separated list of files (`file://…` or paths) and inline `<CycloneDDS>`
 XML fragments, later ones adding to earlier ones; the checks read all of them.
@@ -25,6 +27,7 @@ import logging
 import os
 import re
 import xml.etree.ElementTree as ET
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -35,7 +38,7 @@ log = logging.getLogger(__name__)
 
 #: what Humble's rmw_cyclonedds_cpp adds ahead of CYCLONEDDS_URI under ROS_LOCALHOST_ONLY=1
 LOCALHOST_FRAGMENT = (
-    "<CycloneDDS><Domain><General><Interfaces><NetworkInterface address=\"127.0.0.1\"/>"
+    '<CycloneDDS><Domain><General><Interfaces><NetworkInterface address="127.0.0.1"/>'
     "</Interfaces></General></Domain></CycloneDDS>"
 )
 RMEM_MAX = Path("/proc/sys/net/core/rmem_max")
@@ -149,42 +152,50 @@ def _is_shipped(where: str) -> bool:
         return False
 
 
-def for_rclpy(environ=os.environ) -> None:
-    """Before rclpy.init: under ROS_LOCALHOST_ONLY=1 rmw_cyclonedds selects 127.0.0.1 itself, so a
-    config of ours that names lo is given to it inline without its <Interfaces> (the same file
-    otherwise, still loopback only); a config of the user's that selects an interface is left as it is
-    and one line says why the node is about to fail and what to do."""
+def chosen_uri(environ: Mapping[str, str]) -> str:
+    """CYCLONEDDS_URI, or the shipped loopback-only config when it is unset: what a node of ours (or a
+    child started for one) runs on."""
+    return environ.get("CYCLONEDDS_URI", "") or share_path("config", "cyclonedds-loopback.xml").as_uri()
+
+
+def for_rclpy(environ: Mapping[str, str]) -> str | None:
+    """The CYCLONEDDS_URI to hand rmw at rclpy.init, or None to leave it as it is.
+
+    Under ROS_LOCALHOST_ONLY=1 rmw_cyclonedds selects 127.0.0.1 itself, so a config of ours that names
+    lo is given to it inline without its <Interfaces> (the same file otherwise, still loopback only); a
+    config of the user's that selects an interface is left as it is and one line says why the node is
+    about to fail and what to do. Nothing is changed here: rmw reads the variable from the environment
+    of the process that starts it, which applies the value itself (RclpyTransport)."""
     uri = environ.get("CYCLONEDDS_URI", "")
     if not (uri and environ.get("ROS_LOCALHOST_ONLY", "") == "1"):  # rmw reads exactly "1" (rmw/localhost.c)
-        return
+        return None
     sources = _sources(uri)
     if not DdsConfig.read(uri).interfaces:
-        return
+        return None
     if all(_is_shipped(where) or where == "inline" for where, _ in sources) and any(
         _is_shipped(where) for where, _ in sources
     ):
-        environ["CYCLONEDDS_URI"] = ",".join(_without_interfaces(text).strip() for _, text in sources)
         log.info("DDS: ROS_LOCALHOST_ONLY=1 selects 127.0.0.1 (lo) already: %s given to rmw without its "
                  "<Interfaces>", uri)  # fmt: skip
-        return
+        return ",".join(_without_interfaces(text).strip() for _, text in sources)
     log.error("DDS: CYCLONEDDS_URI (%s) selects network interface(s) %s and ROS_LOCALHOST_ONLY=1 makes "
               "rmw_cyclonedds add 127.0.0.1 as well (\"the same interface may not be selected twice\"): "
               "unset ROS_LOCALHOST_ONLY, or use %s", uri, ", ".join(DdsConfig.read(uri).interfaces),
               share_path("config", "cyclonedds-robot.xml"))  # fmt: skip
+    return None
 
 
-def for_cyclone(environ=os.environ) -> str:
-    """Before the pip path's first participant: CYCLONEDDS_URI unset → the shipped loopback config;
-    ROS_LOCALHOST_ONLY=1 with a config that selects no interface → 127.0.0.1 added ahead of it, as
-    rmw_cyclonedds does (cyclonedds-python would otherwise pick the machine's default interface).
-    Returns the URI in force."""
-    uri = environ.get("CYCLONEDDS_URI", "")
-    if not uri:
-        uri = environ["CYCLONEDDS_URI"] = share_path("config", "cyclonedds-loopback.xml").as_uri()
-        log.info("DDS: loopback-only config %s", uri)
-    else:
+def for_cyclone(environ: Mapping[str, str]) -> str:
+    """The configuration the pip path's domain is created with (cyclone.py gives it to Cyclone; the
+    environment is not changed): `chosen_uri`, and with ROS_LOCALHOST_ONLY=1 and a config that selects
+    no interface, 127.0.0.1 added ahead of it, as rmw_cyclonedds does (cyclonedds-python would
+    otherwise pick the machine's default interface)."""
+    uri = chosen_uri(environ)
+    if environ.get("CYCLONEDDS_URI", ""):
         log.info("DDS: CYCLONEDDS_URI=%s (set by the environment)", uri)
+    else:
+        log.info("DDS: loopback-only config %s", uri)
     if environ.get("ROS_LOCALHOST_ONLY", "") == "1" and not DdsConfig.read(uri).interfaces:
-        uri = environ["CYCLONEDDS_URI"] = f"{LOCALHOST_FRAGMENT},{uri}"
         log.info("DDS: ROS_LOCALHOST_ONLY=1: interface 127.0.0.1 added, as rmw_cyclonedds does")
+        return f"{LOCALHOST_FRAGMENT},{uri}"
     return uri

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import config as cfgmod
+from ..bags import COMPRESSED_SUFFIX
 from ..encoders import EncoderError, EncoderOptions, ImageEncoder, create_encoder
 from ..pipeline import FramePipeline
 from ..preprocess.encodings import FrameError
@@ -56,7 +57,8 @@ from ..stats import Counters, LatestSlots, StageTimes
 from . import dds_config
 from .convert import compressed_to_frame, features_message, image_to_frame
 from .diagnostics import OK, WARN, diagnostic_array, stage_values
-from .runner import Throttle, every, node_main
+from .runner import every, node_main
+from .subscription import Throttle
 from .types import COMPRESSED_IMAGE, DEFAULT, DIAGNOSTIC_ARRAY, IMAGE, VISUAL_FEATURES, QoS, Transport
 
 log = logging.getLogger("encoder_node")
@@ -66,7 +68,6 @@ STATUS_NAME = f"{NODE_NAME}: pipeline"
 CAMERA_STATUS = f"{NODE_NAME}: camera {{topic}}"  # one more DiagnosticStatus per camera
 STAGES = ("deserialize", "queue", "batch", "decode", "preprocess", "encode", "publish")
 COUNTS = ("received", "encoded", "dropped", "rejected", "failed")
-COMPRESSED_SUFFIX = "/compressed"
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,14 @@ def camera_namespace(topic: str) -> str:
     return ns or topic.rstrip("/")
 
 
+def camera_features_topic(image_topic: str, pattern: str) -> str:
+    """Where a node with `image_topics` publishes the features of one camera: `pattern` (features_pattern)
+    with {camera} = the image topic's namespace and {topic} = the image topic, its `/compressed` dropped
+    (/front/image_raw/compressed → /front/visual_features). The replay finds a node's topic by it too."""
+    base = image_topic.removesuffix(COMPRESSED_SUFFIX)
+    return pattern.format(camera=camera_namespace(base), topic=base.rstrip("/"))
+
+
 def camera_specs(cfg: cfgmod.EncoderConfig) -> list[CameraSpec]:
     """The cameras `cfg` asks for; a ConfigError when two would publish on one features topic."""
     if not cfg.image_topics:
@@ -93,12 +102,10 @@ def camera_specs(cfg: cfgmod.EncoderConfig) -> list[CameraSpec]:
     specs = []
     for t in cfg.image_topics:
         if t.endswith(COMPRESSED_SUFFIX):
-            base, topic, kind = t[: -len(COMPRESSED_SUFFIX)], t, COMPRESSED_IMAGE
+            topic, kind = t, COMPRESSED_IMAGE
         else:
-            base = t
             topic, kind = image_subscription(cfgmod.replace(cfg, image_topic=t, image_topics=()))
-        features = cfg.features_pattern.format(camera=camera_namespace(base), topic=base.rstrip("/"))
-        specs.append(CameraSpec(t, topic, kind, features))
+        specs.append(CameraSpec(t, topic, kind, camera_features_topic(t, cfg.features_pattern)))
     seen: dict[str, str] = {s.input_topic: s.topic for s in specs}
     for s in specs:
         if s.features_topic in seen:
@@ -362,7 +369,7 @@ class EncoderNode:
 def image_subscription(cfg: cfgmod.EncoderConfig) -> tuple[str, str]:
     """(topic, message type) the node reads, by `image_transport`."""
     if cfg.image_transport == "compressed":
-        return cfg.image_topic.rstrip("/") + "/compressed", COMPRESSED_IMAGE
+        return cfg.image_topic.rstrip("/") + COMPRESSED_SUFFIX, COMPRESSED_IMAGE
     return cfg.image_topic, IMAGE
 
 

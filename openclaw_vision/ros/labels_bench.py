@@ -23,11 +23,12 @@ from pathlib import Path
 
 import numpy as np
 
+from ..commands import Command
 from ..stats import percentiles
 from .convert import ns_to_stamp, stamp_to_ns
 from .labels_node import VISUAL_LABELS
 from .process import NodeProcess
-from .transport import DEFAULT, HEADER, VISUAL_FEATURES
+from .types import DEFAULT, HEADER, VISUAL_FEATURES
 
 WORDS = ("door", "forklift", "person", "stairs", "pallet", "box", "chair", "table", "window", "robot")
 
@@ -170,3 +171,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--frames", type=int, default=300)
     p.add_argument("--fps", type=float, default=30.0)
     p.add_argument("--out", type=Path, default=Path("out/bench-labels"))
+
+
+COMMAND = Command(add_arguments, main)  # `openclaw-vision bench-labels`

@@ -21,14 +21,15 @@ import array
 import importlib
 import logging
 import math
+import os
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 from ..config import ConfigError, NodeConfig, Param
-from . import cdr, dds_config
-from .types import HEADER, TIME, Callback, QoS
+from . import dds_config
+from .subscription import DdsQos, SampleIntake, reader_qos, writer_qos
+from .types import Callback, QoS
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +40,8 @@ SPIN_POLL_S = 0.5
 CALLBACK_WAIT_S = 1.0
 
 
-def _profile(q: QoS):
-    """The rclpy QoSProfile. The reader's depth is the configured one (`ros2 topic info -v` shows it):
-    a frame that arrives while the reader still holds `depth` untaken ones is overwritten there,
-    uncounted (README, "Frames DDS can lose without telling")."""
+def _profile(q: DdsQos):
+    """The rclpy QoSProfile (subscription.reader_qos says what a reader's depth means here)."""
     from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
     return QoSProfile(
@@ -65,23 +64,22 @@ class _Publisher:
 
 
 class _Subscription:
-    def __init__(self, node, topic: str) -> None:
-        self._node, self._topic, self._sub = node, topic, None
+    def __init__(self, node, intake: SampleIntake) -> None:
+        self._node, self.intake, self._sub = node, intake, None
         self.message_lost = 0  # what the RMW reported lost (rmw_cyclonedds: Cyclone's sample-lost status)
-        self.malformed = 0  # samples whose bytes did not decode (logged)
 
     def on_message_lost(self, info) -> None:
         self.message_lost += int(info.total_count_change)
 
     def matched(self) -> int:
-        return int(self._node.count_publishers(self._topic))
+        return int(self._node.count_publishers(self.intake.topic))
 
     def lost(self) -> int:
         """Samples the RMW reported lost and samples that did not decode, as the Cyclone path counts them.
 
         What DDS drops without a report (fragments of a frame that overflowed the socket buffer on
         best effort) is not in it: README, "Frames DDS can lose without telling"."""
-        return self.message_lost + self.malformed
+        return self.message_lost + self.intake.malformed
 
     def close(self) -> None:
         self._node.destroy_subscription(self._sub)
@@ -120,7 +118,9 @@ class RclpyTransport:
         from rclpy.executors import MultiThreadedExecutor
 
         if not rclpy.ok():
-            dds_config.for_rclpy()  # ROS_LOCALHOST_ONLY=1 with our lo config: would not start otherwise
+            uri = dds_config.for_rclpy(os.environ)  # ROS_LOCALHOST_ONLY=1 with our lo config: would not start otherwise
+            if uri is not None:  # rmw reads it from this process's environment: the process starting DDS sets it
+                os.environ["CYCLONEDDS_URI"] = uri
             rclpy.init(args=args)  # None: sys.argv (rclpy/context.py); its --ros-args give the overrides
         self.node = rclpy.create_node(node_name)
         self._declared: tuple[str, ...] = ()
@@ -146,35 +146,24 @@ class RclpyTransport:
         return array.array("f", np.asarray(values, np.float32).tobytes())
 
     def publisher(self, topic: str, ros_type: str, qos: QoS) -> _Publisher:
-        return _Publisher(self.node.create_publisher(self.msg(ros_type), topic, _profile(qos)))
+        return _Publisher(self.node.create_publisher(self.msg(ros_type), topic, _profile(writer_qos(qos))))
 
     def subscribe(self, topic: str, ros_type: str, qos: QoS, callback: Callback) -> _Subscription:
-        """Samples are taken raw and images read by cdr's struct reader (their pixels a view of the
-        taken bytes: rclpy's own deserialiser copies 6 MB into an array per 1080p frame)."""
+        """Samples are taken raw and handed to the subscription core (subscription.py): images read by
+        cdr's struct reader (their pixels a view of the taken bytes: rclpy's own deserialiser copies
+        6 MB into an array per 1080p frame), a failing callback logged and counted, never the end of
+        the spin thread."""
         from rclpy.qos_event import SubscriptionEventCallbacks
         from rclpy.serialization import deserialize_message
 
         cls = self.msg(ros_type)
-        header_cls, time_cls = self.msg(HEADER), self.msg(TIME)
-
-        def make_header(sec: int, nanosec: int, frame_id: str):
-            return header_cls(stamp=time_cls(sec=sec, nanosec=nanosec), frame_id=frame_id)
-
-        decode = cdr.sample_decoder(ros_type, lambda raw: deserialize_message(raw, cls), make_header)
-        handle = _Subscription(self.node, topic)
-
-        def on_raw(raw: bytes) -> None:
-            t0 = time.perf_counter()
-            try:
-                msg = decode(raw)
-            except Exception as err:  # malformed bytes: counted and logged, the subscription goes on
-                handle.malformed += 1
-                log.warning("undecodable sample on %s (%d bytes): %s", topic, len(raw), err)
-                return
-            callback(msg, time.perf_counter() - t0)
-
+        handle = _Subscription(self.node, SampleIntake(topic, ros_type, callback, self.msg,
+                                                       lambda raw: deserialize_message(raw, cls)))  # fmt: skip
         events = SubscriptionEventCallbacks(message_lost=handle.on_message_lost)
-        handle._sub = self.node.create_subscription(cls, topic, on_raw, _profile(qos), raw=True, event_callbacks=events)
+        profile = _profile(reader_qos(qos, bounded_keep_all=False))
+        handle._sub = self.node.create_subscription(
+            cls, topic, handle.intake, profile, raw=True, event_callbacks=events
+        )
         return handle
 
     def deserialize(self, raw: bytes, ros_type: str) -> Any:

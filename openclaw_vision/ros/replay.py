@@ -8,6 +8,11 @@ Images go out as the bag holds them: sensor_msgs/Image or CompressedImage, the r
 bytes published as they are (no per-field pass over 6 MB of pixels), with only the header
 stamp rewritten to the send time unless `restamp` is off (`--keep-stamps`: the bag's stamps,
 as `ros2 bag play` leaves messages untouched).
+
+Which camera of the bag is played is bags.camera_source's rule (the same as label, ask and
+quantize); where the node publishes its features, the node's own rule: the camera's topic under
+the default features_pattern for a multi-camera node, else /visual_features (`features_topics`),
+unless `features_topic` names it.
 """
 
 from __future__ import annotations
@@ -15,17 +20,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .. import bags
+from .. import config as cfgmod
 from ..errors import OpenclawError
 from ..stats import percentiles
 from . import cdr
 from .convert import stamp_to_ns
 from .diagnostics import status_values
-from .encoder_node import COUNTS, STAGES, STATUS_NAME
+from .encoder_node import COUNTS, STAGES, STATUS_NAME, camera_features_topic
 from .types import DIAGNOSTIC_ARRAY, VISUAL_FEATURES, QoS, Transport
 
 log = logging.getLogger(__name__)
@@ -35,9 +41,9 @@ log = logging.getLogger(__name__)
 class ReplayOptions:
     bag: Path
     out: Path | None = None
-    bag_topic: str | None = None  # Image or CompressedImage topic in the bag; default: its first Image topic
+    bag_topic: str | None = None  # Image or CompressedImage topic in the bag; default: its one camera (bags.py)
     image_topic: str | None = None  # where to publish; default: the bag topic
-    features_topic: str = "/visual_features"
+    features_topic: str | None = None  # where the node publishes; default: found (features_topics)
     rate: float = 1.0  # 1.0 = the bag's own timing; 0 = as fast as possible
     lockstep: bool = False  # wait for each frame's features before sending the next
     reliability: str = "reliable"
@@ -89,57 +95,59 @@ def _counts(diag: dict[str, str] | None) -> dict[str, int] | None:
     return {k: int(diag.get(k, 0)) for k in (*COUNTS, "lost")}
 
 
-def _camera_topic(opts: ReplayOptions) -> tuple[str, str]:
-    """(bag topic, its message type): the one asked for, else the first Image topic, else the first CompressedImage."""
-    topics = bags.camera_topics(opts.bag)
-    if opts.bag_topic is not None:
-        if opts.bag_topic not in topics:
-            have = ", ".join(f"{t} [{k}]" for t, k in topics.items()) or "none"
-            raise ReplayError(
-                f"{opts.bag}: no Image or CompressedImage topic {opts.bag_topic!r} (camera topics: {have})"
-            )
-        return opts.bag_topic, topics[opts.bag_topic]
-    for kind in bags.CAMERA_TYPES:
-        for topic, msgtype in topics.items():
-            if msgtype == kind:
-                return topic, msgtype
-    raise ReplayError(f"{opts.bag}: no sensor_msgs/msg/Image or CompressedImage topic in this bag")
+def features_topics(image_topic: str) -> tuple[str, ...]:
+    """Where an encoder node publishes the features of the images on `image_topic`, by the node's own
+    rules (encoder_node.camera_features_topic): that camera's topic under the default features_pattern
+    (a multi-camera node: /cam0/image_raw → /cam0/visual_features), else the default features_topic
+    (a node with one camera). The replay takes the first that has a publisher."""
+    own = camera_features_topic(image_topic, cfgmod.EncoderConfig.features_pattern)
+    return tuple(dict.fromkeys((own, cfgmod.EncoderConfig.features_topic)))
 
 
-def replay(opts: ReplayOptions, transport: Transport) -> dict[str, Any]:
-    bag_topic, msgtype = _camera_topic(opts)
-    image_topic = opts.image_topic or bag_topic
-    rx = _Receiver()
-    qos = QoS(opts.reliability, 10, "keep_all" if opts.reliability == "reliable" else "keep_last")
-    pub = transport.publisher(image_topic, msgtype, qos)
-    feat_sub = transport.subscribe(opts.features_topic, VISUAL_FEATURES, QoS("reliable", 100), rx.on_features)
-    transport.subscribe("/diagnostics", DIAGNOSTIC_ARRAY, QoS("reliable", 10), rx.on_diag)
-
+def _discover(opts: ReplayOptions, transport: Transport, pub, image_topic: str, rx: _Receiver) -> tuple[str, Any]:
+    """(features topic, its subscription) once the node subscribes to `image_topic` and publishes features."""
+    candidates = (opts.features_topic,) if opts.features_topic else features_topics(image_topic)
+    subs = {t: transport.subscribe(t, VISUAL_FEATURES, QoS("reliable", 100), rx.on_features) for t in candidates}
     deadline = time.monotonic() + opts.discovery_timeout
-    while pub.matched() < 1 or feat_sub.matched() < 1:
+    while True:
+        found = next((t for t, sub in subs.items() if sub.matched() > 0), None)
+        if found is not None and pub.matched() > 0:
+            break
         if time.monotonic() > deadline:
+            publishers = ", ".join(f"{t} has {sub.matched()}" for t, sub in subs.items())
+            for sub in subs.values():
+                sub.close()
             raise ReplayError(
-                f"no encoder node found within {opts.discovery_timeout:.0f} s: {image_topic} has "
-                f"{pub.matched()} subscribers, {opts.features_topic} has {feat_sub.matched()} publishers"
+                f"no encoder node found within {opts.discovery_timeout:.0f} s: {image_topic} has {pub.matched()} "
+                f"subscribers; features topic publishers: {publishers} (--features-topic names another)"
             )
         time.sleep(0.05)
-    # The node's counters before we send anything, so a node that ran earlier replays is fine.
-    rx.wait(lambda: rx.diag is not None, 5.0)
-    before = _counts(rx.diag)
+    for topic, sub in subs.items():
+        if topic != found:
+            sub.close()
+    return found, subs[found]
 
-    sent: dict[int, int] = {}  # stamp ns → send ns
-    n_sent = 0
+
+@dataclass
+class _Sent:
+    stamps: dict[int, int] = field(default_factory=dict)  # stamp ns → send ns
+    count: int = 0
+    lockstep_timeouts: int = 0
+    seconds: float = 0.0
+
+
+def _send(opts: ReplayOptions, source: bags.CameraSource, pub, rx: _Receiver) -> _Sent:
+    """Publish the bag's frames at its own timing × rate (or in lockstep), stamped with the send time."""
+    sent = _Sent()
     t_start = time.perf_counter()
     first_ts = None
-    timeouts = 0
-    for i, m in enumerate(bags.read_messages(opts.bag, msgtype, bag_topic)):
+    for i, m in enumerate(bags.read_messages(source.path, source.msgtype, source.topic)):
         if opts.limit and i >= opts.limit:
             break
         if first_ts is None:
             first_ts = m.timestamp_ns
         if opts.rate > 0 and not opts.lockstep:
-            due = t_start + (m.timestamp_ns - first_ts) / 1e9 / opts.rate
-            delay = due - time.perf_counter()
+            delay = t_start + (m.timestamp_ns - first_ts) / 1e9 / opts.rate - time.perf_counter()
             if delay > 0:
                 time.sleep(delay)
         raw = m.raw
@@ -150,44 +158,67 @@ def replay(opts: ReplayOptions, transport: Transport) -> dict[str, Any]:
         else:
             sec, nanosec = cdr.header_stamp(raw)
             stamp = sec * 1_000_000_000 + nanosec
-        sent[stamp] = now
-        n_sent += 1
+        sent.stamps[stamp] = now
+        sent.count += 1
         pub.publish(raw)  # the serialized message as it is (both transports publish bytes raw)
         if opts.lockstep and not rx.wait(lambda s=stamp: s in rx.stamps, opts.lockstep_timeout):
-            timeouts += 1
+            sent.lockstep_timeouts += 1
             log.warning("no features for frame %d within %.0f s", i, opts.lockstep_timeout)
-    send_s = time.perf_counter() - t_start
+    sent.seconds = time.perf_counter() - t_start
+    return sent
 
-    def settled() -> bool:
-        c = _counts(rx.diag)
-        if c is None or before is None:
-            return False
-        d = {k: c[k] - before[k] for k in c}
-        got = sum(1 for _, s, _ in rx.features if s in sent)
-        accounted = d["encoded"] + d["dropped"] + d["rejected"] + d["failed"]
-        return d["received"] >= n_sent and accounted == d["received"] and got >= d["encoded"]
 
-    rx.wait(settled, opts.settle_timeout)
+def _settled(rx: _Receiver, before: dict[str, int] | None, sent: _Sent) -> bool:
+    """The node counted every frame sent as received, and classified each; every encoded one came back."""
+    c = _counts(rx.diag)
+    if c is None or before is None:
+        return False
+    d = {k: c[k] - before[k] for k in c}
+    got = sum(1 for _, s, _ in rx.features if s in sent.stamps)
+    accounted = d["encoded"] + d["dropped"] + d["rejected"] + d["failed"]
+    return d["received"] >= sent.count and accounted == d["received"] and got >= d["encoded"]
+
+
+def replay(opts: ReplayOptions, transport: Transport) -> dict[str, Any]:
+    try:
+        source = bags.camera_source(opts.bag, opts.bag_topic)
+    except bags.BagError as err:
+        raise ReplayError(str(err)) from err
+    image_topic = opts.image_topic or source.topic
+    rx = _Receiver()
+    qos = QoS(opts.reliability, 10, "keep_all" if opts.reliability == "reliable" else "keep_last")
+    pub = transport.publisher(image_topic, source.msgtype, qos)
+    transport.subscribe("/diagnostics", DIAGNOSTIC_ARRAY, QoS("reliable", 10), rx.on_diag)
+    features_topic, _ = _discover(opts, transport, pub, image_topic, rx)
+    # The node's counters before we send anything, so a node that ran earlier replays is fine.
+    rx.wait(lambda: rx.diag is not None, 5.0)
+    before = _counts(rx.diag)
+    sent = _send(opts, source, pub, rx)
+    rx.wait(lambda: _settled(rx, before, sent), opts.settle_timeout)
     with rx.cond:
         after = _counts(rx.diag)
-        features = [f for f in rx.features if f[1] in sent]
+        features = [f for f in rx.features if f[1] in sent.stamps]
         diag = dict(rx.diag or {})
     node = {k: after[k] - before[k] for k in after} if after and before else None
-    latencies = [(recv - sent[stamp]) / 1e6 for recv, stamp, _ in features]
-
     if opts.out is not None:
         with bags.BagWriter(opts.out, opts.storage) as writer:
             for recv, _stamp, msg in features:
-                writer.write(opts.features_topic, bags.FEATURES_TYPE, recv, transport.serialize(msg, VISUAL_FEATURES))
+                writer.write(features_topic, bags.FEATURES_TYPE, recv, transport.serialize(msg, VISUAL_FEATURES))
+    summary = _summary(opts, sent, features, node, diag)
+    summary.update(image_topic=image_topic, image_type=source.msgtype, features_topic=features_topic)
+    return summary
 
+
+def _summary(opts: ReplayOptions, sent: _Sent, features: list, node: dict | None, diag: dict) -> dict[str, Any]:
+    latencies = [(recv - sent.stamps[stamp]) / 1e6 for recv, stamp, _ in features]
     summary: dict[str, Any] = {
-        "sent": n_sent,
+        "sent": sent.count,
         "features_received": len(features),
         "duplicates": len(features) - len({s for _, s, _ in features}),
         "node": node,
         "accounted": bool(
             node
-            and node["received"] == n_sent
+            and node["received"] == sent.count
             and node["encoded"] + node["dropped"] + node["rejected"] + node["failed"] == node["received"]
             and len(features) == node["encoded"]
         ),
@@ -200,17 +231,14 @@ def replay(opts: ReplayOptions, transport: Transport) -> dict[str, Any]:
         "precision": diag.get("precision"),
         "model": diag.get("model"),
         "node_transport": diag.get("transport"),
-        "image_topic": image_topic,
-        "image_type": msgtype,
         "kept_stamps": not opts.restamp,
-        "repeated_stamps": n_sent - len(sent),
-        "features_topic": opts.features_topic,
+        "repeated_stamps": sent.count - len(sent.stamps),
         "reliability": opts.reliability,
         "rate": opts.rate,
         "lockstep": opts.lockstep,
-        "lockstep_timeouts": timeouts,
-        "send_seconds": round(send_s, 3),
-        "send_fps": round(n_sent / send_s, 2) if send_s > 0 else None,
+        "lockstep_timeouts": sent.lockstep_timeouts,
+        "send_seconds": round(sent.seconds, 3),
+        "send_fps": round(sent.count / sent.seconds, 2) if sent.seconds > 0 else None,
         "out_bag": str(opts.out) if opts.out else None,
     }
     if features:

@@ -31,22 +31,6 @@ from .transport import create_transport
 RCLPY_OWN_PARAMETERS = ("use_sim_time",)
 
 
-class Throttle:
-    """Log a repeated problem at most once per `period` seconds, with how often it happened.
-
-    `period` may be changed at any time (the log_throttle_period parameter)."""
-
-    def __init__(self, period: float = 2.0) -> None:
-        self.period, self._last, self._n = period, 0.0, 0
-
-    def __call__(self, fn, text: str, *args) -> None:
-        self._n += 1
-        now = time.monotonic()
-        if now - self._last >= self.period:
-            fn(text + " (%d such since last report)", *args, self._n)
-            self._last, self._n = now, 0
-
-
 #: longest wait between two looks at a changed period (a shorter period is taken within this time)
 PERIOD_POLL_S = 0.1
 

@@ -14,28 +14,8 @@ from __future__ import annotations
 
 import logging
 
-# Re-exported: callers that name these from here keep working; new code imports them from .types.
-from .types import (  # noqa: F401
-    COMPRESSED_IMAGE,
-    DEFAULT,
-    DIAGNOSTIC_ARRAY,
-    DIAGNOSTIC_STATUS,
-    HEADER,
-    HISTORIES,
-    IMAGE,
-    KEY_VALUE,
-    RELIABILITIES,
-    SENSOR_DATA,
-    STRING,
-    TIME,
-    TRANSPORTS,
-    VISUAL_FEATURES,
-    Callback,
-    Publisher,
-    QoS,
-    Subscription,
-    Transport,
-)
+from ..config import TRANSPORTS
+from .types import Transport
 
 log = logging.getLogger(__name__)
 

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ..config import RELIABILITIES  # the keys' choices are the config's (config.py)
+
 IMAGE = "sensor_msgs/msg/Image"
 COMPRESSED_IMAGE = "sensor_msgs/msg/CompressedImage"
 VISUAL_FEATURES = "openclaw_vision/msg/VisualFeatures"
@@ -21,7 +23,6 @@ HEADER = "std_msgs/msg/Header"
 TIME = "builtin_interfaces/msg/Time"
 STRING = "std_msgs/msg/String"
 
-RELIABILITIES = ("reliable", "best_effort")
 HISTORIES = ("keep_last", "keep_all")
 
 
@@ -42,7 +43,6 @@ class QoS:
             raise ValueError(f"depth must be >= 1, got {self.depth}")
 
 
-SENSOR_DATA = QoS("best_effort", 5)
 DEFAULT = QoS("reliable", 10)
 
 #: callback(message, deserialise_seconds)
@@ -82,6 +82,3 @@ class Transport(Protocol):
     def serialize(self, msg: Any, ros_type: str) -> bytes: ...
 
     def close(self) -> None: ...
-
-
-TRANSPORTS = ("auto", "rclpy", "cyclonedds")

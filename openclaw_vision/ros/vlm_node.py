@@ -33,7 +33,8 @@ from .. import config as cfgmod
 from ..errors import OpenclawError
 from ..stats import Counters, StageTimes
 from .diagnostics import OK, WARN, diagnostic_array, stage_values
-from .runner import Throttle, every, node_main
+from .runner import every, node_main
+from .subscription import Throttle
 from .types import DEFAULT, DIAGNOSTIC_ARRAY, STRING, VISUAL_FEATURES, QoS, Transport
 
 log = logging.getLogger("vlm_node")

@@ -7,16 +7,14 @@ leaves no tritonserver behind.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
+from .. import children
 from ..errors import OpenclawError
 
 
@@ -62,43 +60,39 @@ def pytriton_workspaces(pgid: int) -> set[Path]:
 
 
 class ServerProcess:
+    """`openclaw-vision serve --model-path M --address A` as a child (children.Child: a group of its own),
+    started by `start()` (or `with`), which returns once the server printed its gRPC URL."""
+
     def __init__(self, model_path: Path, address: str, log_path: Path, extra: list[str] | None = None,
                  start_timeout: float = 120.0) -> None:  # fmt: skip
         self.model_path, self.address, self.log_path = Path(model_path), address, Path(log_path)
         self.extra, self.start_timeout = list(extra or []), start_timeout
-        self.proc: subprocess.Popen | None = None
+        self.child: children.Child | None = None
         self.url = ""
 
     def start(self) -> ServerProcess:
-        cmd = [sys.executable, "-m", "openclaw_vision.cli", "serve", "--model-path", str(self.model_path),
-               "--address", self.address, *self.extra]  # fmt: skip
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "ab")  # noqa: SIM115 - the child writes it for as long as it runs
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, start_new_session=True, text=True)
-        log.close()
+        argv = children.cli("serve", "--model-path", str(self.model_path), "--address", self.address, *self.extra)
+        self.child = children.Child(argv, self.log_path, stdout_pipe=True)  # stdout: the URL; stderr: the log
         got: list[str] = []
         reader = threading.Thread(target=lambda: got.extend(self._first_url()), daemon=True)
         reader.start()
         reader.join(self.start_timeout)
         if not got:
+            how = self.child.how
             self.stop()
             tail = self.log_path.read_text(errors="replace").splitlines()[-15:]
-            raise ServerError(f"serve did not print its URL within {self.start_timeout} s:\n" + "\n".join(tail))
+            raise ServerError(f"serve did not print its URL within {self.start_timeout} s ({how}):\n" + "\n".join(tail))
         self.url = got[0]
         return self
 
     def _first_url(self) -> list[str]:
-        for line in self.proc.stdout:
+        for line in self.child.proc.stdout:
             if line.startswith("grpc://"):
                 return [line.strip()]
         return []
 
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def _signal_group(self, sig: int) -> None:
-        with contextlib.suppress(ProcessLookupError):  # the whole group is gone already
-            os.killpg(self.proc.pid, sig)
+        return self.child is not None and self.child.alive()
 
     def kill(self) -> None:
         """SIGKILL the whole group at once: an outage, nothing shut down cleanly."""
@@ -109,20 +103,17 @@ class ServerProcess:
         self._end(signal.SIGTERM, timeout)
 
     def _end(self, sig: int, timeout: float) -> None:
-        """Signal the group, wait, SIGKILL what is left. The shared-memory segments its processes had
-        mapped (PyTriton's tensor store, the Python backend's region) outlive them in /dev/shm even
-        after a clean stop (measured, PyTriton 0.7.0): those that no process maps any more are removed
-        (a client's own region, mapped by the client too, stays)."""
-        if self.proc is None:
+        """Stop the group (children.Child.stop: `sig`, SIGKILL after `timeout`, then the whole group), wait
+        until its last member is gone, and remove what it leaves behind. The shared-memory segments its
+        processes had mapped (PyTriton's tensor store, the Python backend's region) outlive them in
+        /dev/shm even after a clean stop (measured, PyTriton 0.7.0): those that no process maps any more
+        are removed (a client's own region, mapped by the client too, stays)."""
+        if self.child is None:
             return
-        segments = mapped_shm(self.proc.pid) if self.proc.poll() is None else set()
-        workspaces = pytriton_workspaces(self.proc.pid) if self.proc.poll() is None else set()
-        if self.proc.poll() is None and timeout > 0:
-            self._signal_group(sig)
-            with contextlib.suppress(subprocess.TimeoutExpired):  # SIGKILL below, then
-                self.proc.wait(timeout=timeout)
-        self._signal_group(signal.SIGKILL)  # the group: a tritonserver that outlived its parent too
-        self.proc.wait(timeout=30)
+        running = self.child.alive()
+        segments = mapped_shm(self.child.pgid) if running else set()
+        workspaces = pytriton_workspaces(self.child.pgid) if running else set()
+        self.child.stop(timeout=timeout, stop_signal=sig)
         for _ in range(50):  # the group's last members are reaped by init a moment after the leader
             if not self._group_alive():
                 break
@@ -131,12 +122,10 @@ class ServerProcess:
             seg.unlink(missing_ok=True)
         for ws in workspaces:  # PyTriton's copy of tritonserver per start (~50 MB): a killed one stays behind
             shutil.rmtree(ws, ignore_errors=True)
-        if self.proc.stdout:
-            self.proc.stdout.close()
 
     def _group_alive(self) -> bool:
         try:
-            os.killpg(self.proc.pid, 0)
+            os.killpg(self.child.pgid, 0)
         except ProcessLookupError:
             return False
         return True

@@ -27,12 +27,16 @@ Triton's own ModelConfig definition in the tests.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import gate
+from ..commands import Command, field_flag, from_args
 from ..encoders.base import DEFAULT_MAX_BATCH, ModelInfo
 from ..encoders.triton import model_name, model_parameters, read_local_info
 from ..errors import OpenclawError
@@ -129,13 +133,15 @@ def _place(src: Path, dst: Path) -> None:
 
 
 def gate_verdict(info: ModelInfo, runtime: str) -> str | None:
-    """None if `info`'s model may be served by `runtime`; else why not (an INT8 gate not passed there)."""
+    """None if `info`'s model may be served by `runtime`; else why not (an INT8 gate not passed there).
+    The server's own machine may differ from the one that quantised it: the served model's verdict
+    travels in its parameters, and the node's gate judges that (encoders/gating.py)."""
     if info.precision != "int8":
         return None
-    gate = info.gate_on(runtime)
-    if gate is None:
+    verdict = gate.verdicts(info.metadata).get(runtime)
+    if verdict is None:
         return f"{info.model_id} (INT8) was not gated on {runtime}"
-    return None if gate.get("passed") else f"{info.model_id} (INT8) failed its accuracy gate on {runtime}"
+    return None if verdict.passed else f"{info.model_id} (INT8) failed its accuracy gate on {verdict.where()}"
 
 
 def find_engine(model: Path, cache_root: Path | None) -> tuple[Path, dict] | None:
@@ -158,7 +164,7 @@ def find_engine(model: Path, cache_root: Path | None) -> tuple[Path, dict] | Non
     return (mine[-1][0].with_suffix(".engine"), mine[-1][1]) if mine else None
 
 
-def write_repo(models: list[Path], out: Path, runtimes: tuple[str, ...] = ("onnxruntime", "openvino", "tensorrt"),
+def write_repo(models: list[Path], out: Path, runtimes: tuple[str, ...] = tuple(RUNTIMES),
                max_batch: int = DEFAULT_MAX_BATCH, queue_delay_us: int = DEFAULT_QUEUE_DELAY_US,
                engine_cache: Path | None = None) -> dict:  # fmt: skip
     """Write a folder per (model, runtime) under `out`; returns {"written": [...], "skipped": [...]}
@@ -169,13 +175,13 @@ def write_repo(models: list[Path], out: Path, runtimes: tuple[str, ...] = ("onnx
         inp, outp = io_of(path)
         if -1 in inp.dims:
             raise RepoError(f"{path}: input dims {inp.dims} are not static; Triton's batcher needs fixed pixels")
-        params = model_parameters(info)
         for rt in runtimes:
             name = folder_name(path, rt)
             why = gate_verdict(info, rt)
             if why:
                 skipped.append({"model": name, "why": why})
                 continue
+            params = model_parameters(info, rt)
             folder = out / name
             batch = min(max_batch, info.max_batch)  # a file with a static batch dimension allows no more
             if rt == "tensorrt":
@@ -201,3 +207,48 @@ def write_repo(models: list[Path], out: Path, runtimes: tuple[str, ...] = ("onnx
             )
             written.append({"model": name, "runtime": rt, "folder": str(folder), "max_batch": batch})
     return {"written": written, "skipped": skipped}
+
+
+def models_of(model: str) -> list[Path]:
+    """What `triton-repo --model M` serves: M's FP32 export (built now if missing) and its INT8 model if one
+    was built (quantising is `openclaw-vision quantize`'s, not a side effect of writing a repository)."""
+    from ..build import ensure_fp32
+    from ..models.configs import canonical_name
+    from ..resources import default_model_path
+
+    model = canonical_name(model)
+    int8 = default_model_path(model, "int8")
+    return [ensure_fp32(model), *([int8] if int8.is_file() else [])]
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    from ..models.configs import DEFAULT_MODEL
+
+    p.add_argument("--model", default=DEFAULT_MODEL, help="its FP32 export (built if missing) and INT8 model if built")
+    p.add_argument("--model-path", type=Path, action="append", default=[], help="ONNX file(s) instead (repeatable)")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--runtimes", default=",".join(RUNTIMES))
+    field_flag(p, "--max-batch", write_repo, help="the batch dimension's limit (Triton's max_batch_size)")
+    field_flag(p, "--queue-delay-us", write_repo, help="how long the batcher waits for more requests")
+    field_flag(p, "--engine-cache", write_repo, type=Path, help="build-engine's cache (default: the data home's)")
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ..encoders import EncoderError
+
+    try:
+        models = list(args.model_path) or models_of(args.model)
+        result = from_args(write_repo, args, models=models, runtimes=tuple(args.runtimes.split(",")))
+    except (RepoError, EncoderError, FileNotFoundError, KeyError) as err:
+        print(f"triton-repo: {err}", file=sys.stderr)
+        return 2
+    for w in result["written"]:
+        print(f"wrote {w['folder']} ({w['runtime']}, batch 1..{w['max_batch']})")
+    for sk in result["skipped"]:
+        print(f"skipped {sk['model']}: {sk['why']}")
+    print(f"serve it: tritonserver --model-repository={args.out.resolve()} (gRPC on 8001)")
+    return 0 if result["written"] else 1
+
+
+#: `openclaw-vision triton-repo`
+COMMAND = Command(_arguments, _run)

@@ -32,7 +32,9 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from ..resources import default_model_path
+from ..commands import Command
+from ..models.configs import DEFAULT_MODEL
+from ..resources import PRECISIONS, default_model_path
 from .repo import DEFAULT_MAX_BATCH, DEFAULT_QUEUE_DELAY_US
 
 log = logging.getLogger(__name__)
@@ -120,7 +122,8 @@ def serve(model_path: Path, address: str = "127.0.0.1:8001", backend: str = "aut
             config=ModelConfig(max_batch_size=max_batch, batcher=batcher),
             strict=True,
         )
-        _add_parameters(triton, name, model_parameters(info))
+        # the verdict the server's own gate ran this model by (a re-gate on this host's ISA included)
+        _add_parameters(triton, name, model_parameters(info, enc.backend, getattr(enc, "gate_verdict", None)))
         triton.run()  # starts the server and loads the model
         url = f"grpc://{host}:{port}"
         log.info("serving %s (%s, %s on %s) as model %r at %s", info.model_id, info.precision, enc.backend,
@@ -168,12 +171,12 @@ def serve_python() -> Path:
     return Path(os.environ.get("OPENCLAW_VISION_SERVE_PYTHON") or Path(sys.prefix) / "serve" / "bin" / "python")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..encoders import backends
 
-    p = argparse.ArgumentParser(prog="openclaw-vision serve", description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default="ViT-B-32")
-    p.add_argument("--precision", choices=("fp32", "int8"), default="fp32")
+    p.description = __doc__.split("\n\n")[0]
+    p.add_argument("--model", default=DEFAULT_MODEL)
+    p.add_argument("--precision", choices=PRECISIONS, default=PRECISIONS[0])
     p.add_argument("--model-path", type=Path, default=None, help="an ONNX file instead of --model's built one")
     p.add_argument("--address", default="127.0.0.1:8001", help="gRPC HOST:PORT (0.0.0.0:8001: every interface)")
     p.add_argument("--backend", default="auto", choices=[b for b in backends.choices() if b != "triton"],
@@ -184,12 +187,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how long the batcher waits for more requests")  # fmt: skip
     p.add_argument("--triton-model", default="", help="model name on the server (default: <model>_<precision>)")
     p.add_argument("--log-level", default="INFO")
-    return p
 
 
-def main(argv: list[str]) -> int:
-    """`openclaw-vision serve ...`: serve here, or re-execute in the serve venv (see module doc)."""
-    args = build_parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """`openclaw-vision serve ...`: serve here, or re-execute in the serve venv (see module doc) with the
+    same flags (`args.argv`, the command line after `serve`)."""
     why = can_host_pytriton()
     if why is not None:
         py = serve_python()
@@ -199,8 +201,7 @@ def main(argv: list[str]) -> int:
                   file=sys.stderr)  # fmt: skip
             return 2
         sys.stdout.flush()
-        os.execv(str(py), [str(py), "-m", "openclaw_vision.serving.serve", *argv])
-    logging.basicConfig(level=args.log_level, format="[%(asctime)s] [%(name)s] %(levelname)s: %(message)s")
+        os.execv(str(py), [str(py), "-m", "openclaw_vision.serving.serve", *args.argv])
     path = args.model_path or default_model_path(args.model, args.precision)
     if not path.is_file():
         print(f"serve: {path} not found (make it with `openclaw-vision export` / `quantize`)", file=sys.stderr)
@@ -219,9 +220,23 @@ def main(argv: list[str]) -> int:
     except (EncoderError, ValueError) as err:
         print(f"serve: {err}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        pass
+    except KeyboardInterrupt:  # how a server is stopped (Ctrl+C, or SIGTERM above)
+        log.info("stopped")
     return 0
+
+
+COMMAND = Command(add_arguments, run)
+
+
+def main(argv: list[str]) -> int:
+    """`python -m openclaw_vision.serving.serve ...`: what `serve` re-executes in the serve venv, with the
+    same flags (the serve venv holds only what serving needs: not every command's dependencies)."""
+    p = argparse.ArgumentParser(prog="openclaw-vision serve")
+    add_arguments(p)
+    args = p.parse_args(argv)
+    args.argv = argv
+    logging.basicConfig(level=args.log_level, format="[%(asctime)s] [%(name)s] %(levelname)s: %(message)s")
+    return run(args)
 
 
 if __name__ == "__main__":

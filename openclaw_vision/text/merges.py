@@ -19,15 +19,17 @@ merges file would give different token ids, and every label embedding would be w
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import hashlib
 import importlib.util
-import subprocess
 import sys
 import tempfile
 import zipfile
 from pathlib import Path
 
+from .. import children
+from ..commands import Command
 from ..errors import OpenclawError
 from ..resources import data_home
 
@@ -37,6 +39,8 @@ BPE_SHA256 = "67603cfda2e032ad77b5f8808af37789d590db664b26df8705d2bf8b3c553fc8"
 #: The open_clip_torch release `fetch` downloads (and the Makefile installs, without dependencies, for tests).
 OPEN_CLIP_VERSION = "3.3.0"
 WHEEL_MEMBER = f"open_clip/{BPE_FILE}"
+#: the one download a fetch makes (a wheel of a few MB); a registry that hangs is given up on
+PIP_TIMEOUT_S = 600.0
 
 
 class TokenizerError(OpenclawError, ValueError):
@@ -103,10 +107,11 @@ def _download_wheel(folder: Path) -> Path:
     """pip download the pinned open_clip_torch wheel, and nothing else (--no-deps, binary only)."""
     cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:",
            "--dest", str(folder), f"open_clip_torch=={OPEN_CLIP_VERSION}"]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    done = children.run(cmd, timeout=PIP_TIMEOUT_S)
     wheels = sorted(folder.glob("open_clip_torch-*.whl"))
-    if done.returncode != 0 or not wheels:
-        raise TokenizerError(f"`{' '.join(cmd)}` failed: {done.stderr.strip()[-400:] or 'no wheel downloaded'}")
+    if not done.ok or not wheels:
+        why = done.stderr.strip()[-400:] or ("no wheel downloaded" if done.ok else done.how)
+        raise TokenizerError(f"`{' '.join(cmd)}` failed: {why}")
     return wheels[0]
 
 
@@ -126,3 +131,22 @@ def fetch(wheel: Path | None = None, dest: Path | None = None) -> Path:
     part.write_bytes(data)
     part.replace(dest)
     return dest
+
+
+def _fetch_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--wheel", type=Path, default=None, help="an open_clip_torch wheel already here (no download)")
+    p.add_argument("--out", type=Path, default=None, help="default: <data home>/tokenizer/bpe_simple_vocab_16e6.txt.gz")
+
+
+def _fetch(args: argparse.Namespace) -> int:
+    try:
+        path = fetch(args.wheel, args.out)
+    except TokenizerError as err:
+        print(f"tokenizer fetch: {err}", file=sys.stderr)
+        return 1
+    print(f"wrote {path} (CLIP's BPE merges, checked)")
+    return 0
+
+
+#: `openclaw-vision tokenizer fetch`
+COMMAND = Command(_fetch_arguments, _fetch)

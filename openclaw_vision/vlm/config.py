@@ -39,9 +39,6 @@ class LlamaConfig:
         per_layer = self.hidden * self.qkv_out + self.hidden * self.hidden + 3 * self.hidden * self.intermediate
         return self.layers * (per_layer + 2 * self.hidden) + 2 * self.vocab_size * self.hidden + self.hidden
 
-    def kv_bytes_per_token(self, itemsize: int = 4) -> int:
-        return 2 * self.layers * self.kv_heads * self.head_dim * itemsize
-
     def to_dict(self) -> dict:
         return asdict(self)
 

@@ -39,8 +39,8 @@ ARCH = "llama"
 # The GGML types we read (dequantise) and llama.cpp runs on the CPU; by name (gguf.GGMLQuantizationType).
 SUPPORTED_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K",
                    "Q6_K")  # fmt: skip
-# GGUF name → our `llm.` name (per layer: q/k/v and gate/up are fused afterwards, as from_hf_llama does).
-_TOP = {"token_embd.weight": "embed_tokens", "output_norm.weight": "norm", "output.weight": "lm_head"}
+# The per-layer GGUF tensors (`blk.N.<name>.weight`) we read; q/k/v and gate/up are fused afterwards, as
+# from_hf_llama does (gguf_params).
 _LAYER = ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")
 _TOKEN_TYPES = {"normal": 1, "unknown": 2, "control": 3, "byte": 6}
 

@@ -28,10 +28,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import OpenclawError
+
 DEFAULT_BLOCK_SIZE = 16
 
 
-class OutOfBlocks(RuntimeError):
+class OutOfBlocks(OpenclawError, RuntimeError):
     """Not enough free KV blocks for a new request; running requests are unaffected."""
 
 

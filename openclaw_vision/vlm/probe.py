@@ -31,14 +31,13 @@ import importlib.util
 import json
 import logging
 import os
-import platform
-import re
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import cpu
 from ..errors import OpenclawError
 
 log = logging.getLogger("vlm")
@@ -47,23 +46,10 @@ PROBE_TIMEOUT_S = 300.0  # a tiny model; minutes only on a machine loaded with o
 RECORD = Path("probes") / "llamacpp.json"
 FORMATS = ("F32", "F16", "Q8_0", "Q4_0", "Q4_K_M")  # Q4_K_M: llama.cpp's quantiser (gguf-py writes the others)
 PROMPT_TOKENS = 40  # > 1 row: the AMX tiles (and any other batched-GEMM kernel) run only for more; > 32: two blocks
-_VECTOR_FLAG = re.compile(r"^(sse|ssse|avx|amx|fma|f16c|bmi|vpclmul|gfni|vaes|sha_ni|asimd|sve|neon)")
 
 
 class LlamaCppUnusable(OpenclawError, ValueError):
     """llama.cpp is installed but failed its probe here: using it would end the process."""
-
-
-def cpu_features() -> str:
-    """The CPU's vector features (what `-march=native` code depends on), sorted: part of the verdict's key."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                flags = line.split(":", 1)[1].split()
-                return " ".join(sorted({f for f in flags if _VECTOR_FLAG.match(f)}))
-    except OSError:
-        pass
-    return f"{platform.machine()} {platform.processor()}".strip()
 
 
 def library_root() -> Path | None:
@@ -84,7 +70,7 @@ def identity(root: Path) -> dict:
         if f.is_file() and (".so" in f.name or f.suffix in (".dylib", ".dll")):
             st = f.stat()
             libs[f.name] = [st.st_size, st.st_mtime_ns]
-    return {"cpu": cpu_features(), "llama_cpp": version, "root": str(root), "libs": libs}
+    return {"cpu": cpu.vector_features(), "llama_cpp": version, "root": str(root), "libs": libs}
 
 
 def identity_key(ident: dict) -> str:

@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import OpenclawError
+
 SYSTEM_TURN = "<|system|>\n{system}</s>\n<|user|>\n"
 QUESTION_TURN = "{question}</s>\n<|assistant|>\n"
 DEFAULT_SYSTEM = "You are a robot's vision assistant. Answer briefly about the camera image."
@@ -33,7 +35,7 @@ Can the robot pass? Yes, the path is free. No, a box blocks the way. Stop, there
 """
 
 
-class TokenizerError(ValueError):
+class TokenizerError(OpenclawError, ValueError):
     """The tokenizer file is missing or unusable."""
 
 

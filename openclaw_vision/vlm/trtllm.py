@@ -1,10 +1,11 @@
-"""TensorRT-LLM backend, the thin adapter: our weights → its Llama checkpoint → `trtllm-build` → its runtime.
+"""TensorRT-LLM, the thin adapter: our weights → its Llama checkpoint → `trtllm-build` → an engine.
 
 TensorRT-LLM's libraries cannot be installed on the machines this project is developed on, so
 this module only (1) writes the unified checkpoint format — config.json + rank0.safetensors
 with TensorRT-LLM's parameter names, tested here as a file format — and (2) calls
-`trtllm-build` and `tensorrt_llm.runtime.ModelRunner` when they exist, raising
-TrtLlmUnavailable with the reason otherwise.
+`trtllm-build` when it exists, raising TrtLlmUnavailable with the reason otherwise. Running the
+engine is TensorRT-LLM's own (its ModelRunner); nothing here drives it, so the VLM pipeline's
+decoder interface (vlm/decoder.py, vlm/llamacpp.py) is the one way this package generates.
 
 Name mapping (TensorRT-LLM's GatedMLP computes act(fc(x)) * gate(x)):
   llm.embed_tokens → transformer.vocab_embedding.weight
@@ -20,18 +21,21 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
 
+from .. import children
+from ..errors import OpenclawError
 from .config import LlamaConfig
 from .weights import write_safetensors
 
 DTYPES = {"float16": np.float16, "float32": np.float32}
+#: an engine build of a 1B model takes minutes; one that hangs is stopped (and its group with it)
+BUILD_TIMEOUT_S = 7200.0
 
 
-class TrtLlmUnavailable(RuntimeError):
+class TrtLlmUnavailable(OpenclawError, RuntimeError):
     """TensorRT-LLM (its build tool or runtime) is not installed here."""
 
 
@@ -106,32 +110,7 @@ def build_engine(checkpoint: Path, out: Path, max_input_len: int = 512, max_seq_
         "--max_input_len", str(max_input_len), "--max_seq_len", str(max_seq_len),
         "--max_prompt_embedding_table_size", "256",
     ]  # fmt: skip
-    subprocess.run(cmd, check=True)
+    done = children.run(cmd, timeout=BUILD_TIMEOUT_S)
+    if not done.ok:
+        raise RuntimeError(f"trtllm-build {done.how}:\n{done.tail()}")
     return Path(out)
-
-
-class TrtLlmRunner:
-    """Generation through TensorRT-LLM's ModelRunner; visual tokens go in as a prompt-embedding table.
-
-    TensorRT-LLM splices embeddings the way LLaVA's TRT-LLM path does: prompt ids ≥ vocab_size
-    index rows of `prompt_table`, so the visual prefix becomes ids vocab_size … vocab_size+T-1.
-    """
-
-    def __init__(self, engine_dir: Path) -> None:
-        try:
-            from tensorrt_llm.runtime import ModelRunner
-        except ImportError as err:
-            raise TrtLlmUnavailable(f"tensorrt_llm is not importable: {err}") from err
-        self.runner = ModelRunner.from_dir(engine_dir=str(engine_dir))
-
-    def generate(self, prefix_ids, visual, question_ids, vocab_size: int, eos_id: int, max_new_tokens: int):
-        import torch
-
-        fake = list(range(vocab_size, vocab_size + visual.shape[0]))
-        ids = torch.tensor([*prefix_ids, *fake, *question_ids], dtype=torch.int32)
-        table = torch.as_tensor(np.asarray(visual), dtype=torch.float16).cuda()[None]
-        out = self.runner.generate(
-            [ids], max_new_tokens=max_new_tokens, end_id=eos_id, pad_id=eos_id,
-            prompt_table=table, prompt_tasks="0",
-        )  # fmt: skip
-        return out[0, 0, len(ids) :].tolist()

@@ -9,6 +9,7 @@
   /visual_features and /visual_labels read back by the project's bag tools and `ros2 bag info`; the
   project's `replay` (pip path, Cyclone) on the bag `ros2 bag record` wrote, into the rclpy node.
 - the other direction of the mixed graph: rclpy camera → pip-path encoder (Cyclone) → rclpy subscriber.
+- an image callback that raises under rclpy: logged and counted, and the node goes on encoding.
 
 Frame counts are small: each check is about what arrives and what it carries, not throughput
 (the loss measurements are in the README, "Frames DDS can lose without telling").
@@ -31,6 +32,7 @@ from openclaw_vision.ros import dds_config
 
 SUPPORT = ROOT / "test" / "support"
 CAMERA, COUNTER = str(SUPPORT / "rclpy_camera.py"), str(SUPPORT / "rclpy_counter.py")
+CALLBACK_FAULT = str(SUPPORT / "rclpy_callback_fault.py")
 ROBOT_CONFIG = ROOT / "config" / "cyclonedds-robot.xml"
 RAW_ENCODINGS = ("rgb8", "bgr8", "yuyv", "bayer_rggb8", "nv12")
 FEATURES = "openclaw_vision/msg/VisualFeatures"
@@ -198,6 +200,7 @@ def test_bag_play_record_info_and_replay(ros2, node_params, rmem_raised, tmp_pat
     feats = list(bags.read_messages(rec, topic="/visual_features"))
     images = list(bags.read_messages(rec, topic="/camera/image_raw"))
     labels_out = list(bags.read_messages(rec, topic="/visual_labels"))
+
     def stamp(m) -> tuple[int, int]:
         s = bags.deserialize(m.raw, m.msgtype).header.stamp
         return s.sec, s.nanosec
@@ -216,7 +219,7 @@ def test_bag_play_record_info_and_replay(ros2, node_params, rmem_raised, tmp_pat
                           "--storage", "sqlite3", "--out", str(tmp_path / "replayed")],
                          env=pip_env(), capture_output=True, text=True, timeout=120)  # fmt: skip
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    summary = json.loads(out.stdout[out.stdout.index("{"):])
+    summary = json.loads(out.stdout[out.stdout.index("{") :])
     assert summary["sent"] == len(images) and summary["accounted"], summary
     stop(node)
     labels.stop(timeout=10)
@@ -245,3 +248,16 @@ def test_rclpy_camera_to_the_pip_encoder_to_rclpy(ros2, tiny_model, rmem_raised,
     assert "interface 127.0.0.1 added, as rmw_cyclonedds does" in log, log[-2000:]
     if rmem_raised:
         assert st["received"] == len(sent), st
+
+
+def test_an_image_callback_that_raises_does_not_stop_the_rclpy_node(ros2, tiny_model, tmp_path):
+    """One frame that makes the encoder's image callback raise (support/rclpy_callback_fault.py): the
+    next frames are still encoded; the failure is one logged line with its traceback, and counted."""
+    out = tmp_path / "fault.json"
+    run = ros2.run("python3", CALLBACK_FAULT, str(out), "--model-path", str(tiny_model), "--frames", "4", "--bad", "1",
+                   env=ros2.environ(), timeout=120)  # fmt: skip
+    result = json.loads(out.read_text())
+    assert result["features"] == ["f0", "f2", "f3"], run.stdout[-3000:]
+    assert result["callback_failures"] == 1 and result["stats"] == {"received": 4, "encoded": 3}, result
+    assert "callback for /camera/image_raw failed: RuntimeError('a bug that only this frame reaches')" in run.stdout
+    assert "Traceback" in run.stdout, run.stdout[-3000:]

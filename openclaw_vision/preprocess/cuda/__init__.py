@@ -12,9 +12,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "preprocess.cu"
-SHIM_HEADER = HERE / "shim.h"
 SHIM_MAIN = HERE / "shim_main.cpp"
-KERNELS = ("preprocess", "decode_rgb8")
 
 
 @lru_cache(maxsize=1)

@@ -8,12 +8,12 @@ with the same grid and block as a GPU launch, and the output comes back as a Num
 from __future__ import annotations
 
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from ... import children
 from ...errors import OpenclawError
 from ..kernel_plan import TERMS, KernelJob
 from . import SHIM_MAIN, SOURCE, compile_options
@@ -21,6 +21,8 @@ from . import SHIM_MAIN, SOURCE, compile_options
 MAGIC = 0x0C1A57
 DECODE_BLOCK = (16, 16)
 SANITIZERS = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer")
+#: one compile of the driver with the kernel (ASan builds take the longest: under a minute here)
+COMPILE_TIMEOUT_S = 600.0
 
 
 class ShimError(OpenclawError, RuntimeError):
@@ -41,9 +43,9 @@ def build(out_dir: Path, rows_per_thread: int, sanitize: bool = True, opt: str =
     defines = [o for o in compile_options(rows_per_thread) if o.startswith("-D")]
     cmd = [cxx, "-std=c++17", opt, "-g", "-Wall", "-Wextra", "-Wno-unknown-pragmas", "-Werror", *defines]
     cmd += [*(SANITIZERS if sanitize else ()), "-I", str(SOURCE.parent), str(SHIM_MAIN), "-o", str(exe)]
-    res = subprocess.run(cmd, capture_output=True, text=True)
-    if res.returncode:
-        raise ShimError(f"g++ failed:\n{res.stderr[-4000:]}")
+    res = children.run(cmd, timeout=COMPILE_TIMEOUT_S)
+    if not res.ok:
+        raise ShimError(f"g++ {res.how}:\n{res.stderr[-4000:]}")
     return exe
 
 
@@ -137,9 +139,9 @@ def run(exe: Path, jobs: list[bytes], timeout: float = 900) -> list[bytes]:
             (Path(tmp) / f"{i}.job").write_bytes(job)
             args += [str(Path(tmp) / f"{i}.job"), str(Path(tmp) / f"{i}.out")]
         env = {"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0", "UBSAN_OPTIONS": "print_stacktrace=1"}
-        res = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=timeout, env=env)
-        if res.returncode:
-            raise ShimError(f"{exe.name} exited {res.returncode}:\n{res.stderr[-6000:]}")
+        res = children.run([str(exe), *args], timeout=timeout, env=env)
+        if not res.ok:
+            raise ShimError(f"{exe.name} {res.how}:\n{res.stderr[-6000:]}")
         return [(Path(tmp) / f"{i}.out").read_bytes() for i in range(len(jobs))]
 
 

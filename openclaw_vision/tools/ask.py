@@ -8,11 +8,16 @@ node does. Used to try a model on a recording before deploying it.
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 import time
 from pathlib import Path
 
+from ..commands import Command, field_flag
+from ..errors import OpenclawError
 
-class AskError(RuntimeError):
+
+class AskError(OpenclawError, RuntimeError):
     """The bag, the models or the question could not be used."""
 
 
@@ -22,14 +27,12 @@ def ask(args: argparse.Namespace) -> dict:
     from ..encoders import EncoderError, create_encoder
     from ..pipeline import FramePipeline
     from ..preprocess.encodings import FrameError
-    from .pipeline import VlmPipeline, load_vlm
-    from .sampling import Sampling
+    from ..vlm.pipeline import VlmPipeline, load_vlm
+    from ..vlm.sampling import Sampling
 
-    if not (Path(args.bag) / "metadata.yaml").is_file():
-        raise AskError(f"{args.bag}: not a rosbag2 directory")
-    try:
+    try:  # a bag folder or file, its camera topic by bags.camera_source
         frames = list(iter_frames(args.bag, args.topic, limit=args.index + 1))
-    except (ValueError, FrameError) as err:
+    except (ValueError, FrameError) as err:  # not a bag, no such topic (BagError); not an image
         raise AskError(str(err)) from err
     if len(frames) <= args.index:
         raise AskError(f"{args.bag} has {len(frames)} frames; no frame {args.index}")
@@ -67,3 +70,48 @@ def ask(args: argparse.Namespace) -> dict:
         "llm": model.model_id,
         "timings_ms": {"encode": round(encode_ms, 2), **ans.timings_ms},
     }
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ..models.configs import DEFAULT_MODEL
+    from ..vlm.sampling import Sampling
+
+    p.add_argument("question")
+    p.add_argument("--bag", type=Path, required=True, help="rosbag2 with images (any image topic)")
+    p.add_argument("--topic", default=None, help="image topic (default: the bag's one camera)")
+    p.add_argument("--index", type=int, default=0, help="which frame of the bag (0 = first)")
+    p.add_argument("--model", default=DEFAULT_MODEL, help="encoder model (its INT8 build is made if missing)")
+    p.add_argument("--model-path", type=Path, default=None, help="an encoder ONNX file instead")
+    p.add_argument("--llm", default="tiny", help="tiny | tinyllama-1.1b (random) | a HF folder | a .gguf file")
+    p.add_argument("--tokenizer", type=Path, default=None)
+    p.add_argument("--projector", type=Path, default=None)
+    p.add_argument("--visual-tokens", type=int, default=8)
+    p.add_argument("--max-new-tokens", type=int, default=32)
+    field_flag(p, "--temperature", Sampling)
+    field_flag(p, "--top-p", Sampling)
+    field_flag(p, "--seed", Sampling)
+    p.add_argument("--json", action="store_true", help="print the answer as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        result = ask(args)
+    except AskError as err:
+        print(f"ask: {err}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    t = result["timings_ms"]
+    print(
+        f"frame {result['frame_index']} of {args.bag} ({result['stamp_ns']} ns), encoder {result['encoder']}, "
+        f"llm {result['llm']}\nQ: {result['question']}\nA: {result['answer']}\n"
+        f"({result['answer_tokens']} tokens, stop: {result['stop']}; encode {t['encode']} ms, prefix "
+        f"{t['prefix']} ms, prefill {t['prefill']} ms, decode {t['decode']} ms)"
+    )
+    if "random" in result["llm"]:
+        print("note: the language model has random weights (no download): the text is noise, the pipeline is real")
+    return 0
+
+
+COMMAND = Command(add_arguments, run)

@@ -17,11 +17,14 @@ from pathlib import Path
 
 import numpy as np
 
+from ..commands import Command
 from ..encoders.base import EncoderError
 from ..errors import OpenclawError
+from ..models.configs import DEFAULT_MODEL
 from ..preprocess.encodings import FrameError
-from .merges import TokenizerError
-from .zero_shot import (
+from ..resources import PRECISIONS
+from ..text.merges import TokenizerError
+from ..text.zero_shot import (
     DEFAULT_TEMPLATE,
     LabelError,
     LabelSet,
@@ -39,7 +42,9 @@ class ToolError(OpenclawError, RuntimeError):
 
 
 def add_text_model_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="ViT-B-32", help="model name; its text export is built if missing (needs torch)")
+    p.add_argument(
+        "--model", default=DEFAULT_MODEL, help="model name; its text export is built if missing (needs torch)"
+    )
     p.add_argument("--text-model", type=Path, default=None, help="a text tower ONNX export instead")
     p.add_argument("--checkpoint", type=Path, default=None, help="weights for the text export when it is built")
     p.add_argument("--bpe", type=Path, default=None, help="CLIP's merges file (default: data home or open_clip)")
@@ -48,8 +53,8 @@ def add_text_model_arguments(p: argparse.ArgumentParser) -> None:
 
 def load_text_encoder(args: argparse.Namespace):
     from ..models.configs import canonical_name
-    from .build import ensure_text_fp32
-    from .encoder import TextEncoder
+    from ..text.build import ensure_text_fp32
+    from ..text.encoder import TextEncoder
 
     try:
         model = args.model if args.text_model else canonical_name(args.model)
@@ -73,11 +78,9 @@ def text_embeddings(args: argparse.Namespace) -> Iterator[dict]:
 
 
 def iter_bag_frames(bag: Path, topic: str | None, limit: int = 0) -> Iterator:
-    """Frames of a bag's camera topic (the first by default; raw or compressed), one at a time."""
+    """Frames of a bag's camera (folder or file; which topic: bags.camera_source), one at a time."""
     from ..bags import iter_frames
 
-    if not (Path(bag) / "metadata.yaml").is_file():
-        raise ToolError(f"{bag}: not a rosbag2 directory")
     try:
         yield from iter_frames(bag, topic, limit)
     except (ValueError, FrameError) as err:  # no such topic; a message that is not an image
@@ -190,12 +193,22 @@ def run_label(args: argparse.Namespace) -> int:
 
 def add_label_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bag", type=Path, required=True, help="rosbag2 with images (any image topic)")
-    p.add_argument("--topic", default=None, help="image topic (default: the bag's first)")
+    p.add_argument("--topic", default=None, help="image topic (default: the bag's one camera)")
     p.add_argument("--labels", default=None, help="comma-separated labels, e.g. 'door,forklift,person'")
     p.add_argument("--labels-file", type=Path, default=None, help="one label per line ('#' comments)")
     p.add_argument("--template", default=DEFAULT_TEMPLATE, help="prompt per label ('{}' = the label alone)")
     p.add_argument("--model-path", type=Path, default=None, help="an image encoder ONNX file instead of --model's")
-    p.add_argument("--precision", choices=("int8", "fp32"), default="int8", help="image tower built for --model")
+    p.add_argument("--precision", choices=PRECISIONS, default="int8", help="image tower built for --model")
     p.add_argument("--limit", type=int, default=0, help="label at most this many frames (0: all)")
     p.add_argument("--json", type=Path, default=None, help="write the summary (timings) here too")
     add_text_model_arguments(p)
+
+
+def add_text_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("texts", nargs="+")
+    p.add_argument("--ids", action="store_true", help="also print the token ids")
+    add_text_model_arguments(p)
+
+
+TEXT = Command(add_text_arguments, run_text)
+LABEL = Command(add_label_arguments, run_label)

@@ -1,0 +1,124 @@
+"""The one subscription core under both transports: what a subscription does with each sample it takes.
+
+rclpy_transport.py and cyclone.py differ only in how a serialized sample is taken (an rclpy raw
+callback on the executor's thread; a WaitSet thread of ours on Cyclone). From the bytes on, both hand
+them to a `SampleIntake`, which
+
+- decodes them: images by cdr's struct reader (`data` a view of the sample, the header as the
+  transport's own Header type, so a node can copy it into what it publishes), every other type by
+  the transport's own deserialiser;
+- times the decode (the `deserialize` stage the nodes report; Cyclone's includes its take);
+- counts and logs (throttled) a sample that does not decode: the subscription goes on;
+- guards the user's callback: an exception there is counted and logged (a throttled line with its
+  traceback) and the subscription goes on. Unguarded, one exception ends rclpy's spin thread (our
+  executor loop) without a word, and every subscription of the node with it.
+
+QoS is translated here too (`writer_qos`, `reader_qos`), so both transports ask DDS for the same
+thing from our `QoS`, and say in one place where they cannot.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from . import cdr
+from .types import HEADER, TIME, Callback, QoS
+
+log = logging.getLogger(__name__)
+
+#: Samples a Cyclone reader may hold before we take them (the taking thread normally keeps it near 0).
+READER_BUFFER = 32
+#: Seconds between two log lines about one subscription's undecodable samples or failing callback.
+LOG_PERIOD_S = 2.0
+
+
+class Throttle:
+    """Log a repeated problem at most once per `period` seconds, with how often it happened.
+
+    `period` may be changed at any time (the log_throttle_period parameter)."""
+
+    def __init__(self, period: float = LOG_PERIOD_S) -> None:
+        self.period, self._last, self._n = period, 0.0, 0
+
+    def __call__(self, fn, text: str, *args) -> None:
+        self._n += 1
+        now = time.monotonic()
+        if now - self._last >= self.period:
+            fn(text + " (%d such since last report)", *args, self._n)
+            self._last, self._n = now, 0
+
+
+@dataclass(frozen=True)
+class DdsQos:
+    """What one endpoint asks DDS for. `depth` is keep_last's depth, or for keep_all the most samples
+    the reader holds untaken (0: the library offers no such limit)."""
+
+    reliability: str
+    history: str
+    depth: int
+
+
+def writer_qos(q: QoS) -> DdsQos:
+    return DdsQos(q.reliability, q.history, q.depth)
+
+
+def reader_qos(q: QoS, bounded_keep_all: bool) -> DdsQos:
+    """A reader's history, by what the library can express.
+
+    With a bound on keep_all (Cyclone's ResourceLimits) a reader keeps every sample until it is taken,
+    at most max(depth, READER_BUFFER): nothing is overwritten unseen; a full reader rejects, which is
+    flow control on reliable (the writer sends again) and a counted loss on best effort. Without one
+    (rmw: ROS QoS has no resource limits) the configured keep_last depth, as `ros2 topic info -v`
+    shows it: an unbounded keep_all would let a stalled callback grow memory without limit, and a
+    frame overwritten in that history is not counted (README, "Frames DDS can lose without telling").
+    Depth never takes part in QoS matching, so the two readers match the same writers."""
+    if bounded_keep_all:
+        return DdsQos(q.reliability, "keep_all", max(q.depth, READER_BUFFER))
+    return DdsQos(q.reliability, q.history, q.depth)
+
+
+def header_factory(msg: Callable[[str], type]) -> cdr.HeaderFactory:
+    """make_header(sec, nanosec, frame_id) → a std_msgs/Header of the transport whose `msg` is given."""
+    header_cls, time_cls = msg(HEADER), msg(TIME)
+
+    def make_header(sec: int, nanosec: int, frame_id: str) -> Any:
+        return header_cls(stamp=time_cls(sec=sec, nanosec=nanosec), frame_id=frame_id)
+
+    return make_header
+
+
+class SampleIntake:
+    """bytes → message → the user's callback(message, deserialize seconds), for one subscription.
+
+    Called from one thread at a time (Cyclone: the subscription's take thread; rclpy: the node's
+    mutually exclusive default callback group), so the counts need no lock. It keeps no reference
+    to a sample after the call: on Cyclone the sample's bytes go back when its last user is done."""
+
+    def __init__(self, topic: str, ros_type: str, callback: Callback, msg: Callable[[str], type],
+                 generic: Callable[[Any], Any]) -> None:  # fmt: skip
+        self.topic, self._callback = topic, callback
+        self._decode = cdr.sample_decoder(ros_type, generic, header_factory(msg))
+        self.malformed = 0  # samples whose bytes did not decode
+        self.failed = 0  # samples whose callback raised
+        self._warn_malformed, self._warn_failed = Throttle(), Throttle()
+
+    def __call__(self, raw: Any, t0: float | None = None) -> None:
+        """Handle one serialized sample; `t0`: when taking it began (default: now)."""
+        t0 = time.perf_counter() if t0 is None else t0
+        try:
+            msg = self._decode(raw)
+        except Exception as err:  # malformed bytes: counted and logged, the subscription goes on
+            self.malformed += 1
+            self._warn_malformed(log.warning, "undecodable sample on %s (%d bytes): %s", self.topic, len(raw), err)
+            return
+        try:
+            self._callback(msg, time.perf_counter() - t0)
+        except Exception as err:  # a failing callback must not end the subscription (nor rclpy's spin thread)
+            self.failed += 1
+            self._warn_failed(functools.partial(log.error, exc_info=True), "callback for %s failed: %r",
+                              self.topic, err)  # fmt: skip

@@ -1,0 +1,114 @@
+"""The subscription core both transports share (ros/subscription.py): decode, time, count, guard, QoS.
+
+The core without DDS here, then on the Cyclone path: a callback that raises on one sample and an
+undecodable sample, and the subscription goes on. The rclpy path's run of the same is on the real
+Humble tier (test/ros2/test_ros2_transport.py: the encoder node keeps encoding after such a frame).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+
+from openclaw_vision.ros import cdr, subscription
+from openclaw_vision.ros.subscription import READER_BUFFER, DdsQos, SampleIntake, reader_qos, writer_qos
+from openclaw_vision.ros.types import IMAGE, QoS
+
+
+def image(frame_id: str, sec: int = 1) -> bytes:
+    return cdr.image_cdr(sec, 2, frame_id, 2, 2, "rgb8", 0, 6, bytes(12))
+
+
+def intake(callback, ros_type: str = IMAGE) -> SampleIntake:
+    def generic(raw):
+        raise AssertionError("images are read by cdr's struct reader, not the generic deserialiser")
+
+    return SampleIntake("/cam/image_raw", ros_type, callback, lambda name: {"std_msgs/msg/Header": cdr.Header,
+                        "builtin_interfaces/msg/Time": cdr.Time}[name], generic)  # fmt: skip
+
+
+def test_a_sample_is_decoded_timed_and_handed_on_with_the_transports_header():
+    got = []
+    core = intake(lambda msg, dt: got.append((msg, dt)))
+    t0 = time.perf_counter()
+    core(image("cam0", sec=7), t0)
+    [(msg, dt)] = got
+    assert isinstance(msg, cdr.ImageView) and isinstance(msg.header, cdr.Header)
+    assert (msg.header.stamp.sec, msg.header.stamp.nanosec, msg.header.frame_id) == (7, 2, "cam0")
+    assert (msg.height, msg.width, bytes(msg.data)) == (2, 2, bytes(12))
+    assert 0 <= dt <= time.perf_counter() - t0  # the decode, counted from when the take began
+    assert core.malformed == core.failed == 0
+
+
+def test_a_raising_callback_is_counted_and_logged_once_per_period_and_the_next_sample_arrives(caplog):
+    got = []
+
+    def callback(msg, _dt):
+        if msg.header.frame_id == "bad":
+            raise RuntimeError("a bug only this frame reaches")
+        got.append(msg.header.frame_id)
+
+    core = intake(callback)
+    with caplog.at_level(logging.ERROR, logger=subscription.__name__):
+        for frame_id in ("a", "bad", "bad", "b"):
+            core(image(frame_id))
+    assert got == ["a", "b"] and core.failed == 2
+    [line] = caplog.records  # the second failure within the period is counted, not logged
+    assert "callback for /cam/image_raw failed: RuntimeError('a bug only this frame reaches')" in line.getMessage()
+    assert line.exc_info is not None  # with its traceback: a bug, not bad input
+
+
+def test_undecodable_bytes_are_counted_and_logged_and_the_next_sample_arrives(caplog):
+    got = []
+    core = intake(lambda msg, _dt: got.append(msg.header.frame_id))
+    with caplog.at_level(logging.WARNING, logger=subscription.__name__):
+        core(image("a"))
+        core(image("b")[:30])  # cut inside the encoding string
+        core(image("c"))
+    assert got == ["a", "c"] and core.malformed == 1 and core.failed == 0
+    assert "undecodable sample on /cam/image_raw (30 bytes)" in caplog.text
+
+
+def test_qos_from_one_place():
+    best = QoS("best_effort", 5)
+    assert writer_qos(best) == DdsQos("best_effort", "keep_last", 5)
+    # Cyclone bounds a keep-all reader: nothing overwritten unseen, at most READER_BUFFER (or depth) held
+    assert reader_qos(best, bounded_keep_all=True) == DdsQos("best_effort", "keep_all", READER_BUFFER)
+    assert reader_qos(QoS("reliable", 100), bounded_keep_all=True).depth == 100
+    # rmw cannot bound keep_all: the configured depth, as `ros2 topic info -v` shows it
+    assert reader_qos(best, bounded_keep_all=False) == DdsQos("best_effort", "keep_last", 5)
+
+
+@pytest.mark.dds
+def test_cyclone_subscription_survives_a_raising_callback_and_a_malformed_sample(dds_domain, caplog):
+    from openclaw_vision.ros.cyclone import CycloneTransport
+
+    a, b = CycloneTransport("sender"), CycloneTransport("receiver")
+    got = []
+
+    def callback(msg, _dt):
+        if msg.header.frame_id == "bad":
+            raise RuntimeError("a bug only this frame reaches")
+        got.append(msg.header.frame_id)
+
+    try:
+        sub = b.subscribe("/cam/image_raw", IMAGE, QoS("reliable", 10), callback)
+        pub = a.publisher("/cam/image_raw", IMAGE, QoS("reliable", 10))
+        deadline = time.monotonic() + 20
+        while not (pub.matched() and sub.matched()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        not_utf8 = image("xx").replace(b"xx\x00", b"\xff\xfe\x00")  # well-formed CDR that DDS passes on
+        with caplog.at_level(logging.WARNING, logger=subscription.__name__):
+            for raw in (image("one"), image("bad"), image("two"), not_utf8, image("three")):
+                pub.publish(raw)
+            while len(got) < 3 and time.monotonic() < deadline:
+                time.sleep(0.05)
+        assert got == ["one", "two", "three"]
+        assert sub.intake.failed == 1 and sub.intake.malformed == 1 and sub.lost() >= 1
+        assert "callback for /cam/image_raw failed" in caplog.text
+        assert "undecodable sample on /cam/image_raw" in caplog.text and "not UTF-8" in caplog.text
+    finally:
+        a.close()
+        b.close()
