@@ -23,7 +23,8 @@ CLASSES = ("avx2", "avx_vnni", "avx512", "avx512_vnni", "amx")
 _CLASS_FLAGS = (("amx", "amx_int8"), ("avx512_vnni", "avx512_vnni"), ("avx512", "avx512bw"),
                 ("avx_vnni", "avx_vnni"), ("avx2", "avx2"))  # fmt: skip
 #: Vector features that a native build (-march=native) depends on: the cache key of such builds.
-VECTOR_FEATURES = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
+VECTOR_FEATURES = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512ifma", "avx512vbmi",
+                   "avx512_vbmi2", "avx512_vpopcntdq", "avx512_bitalg", "avx512_vnni", "avx512_bf16",
                    "avx512_fp16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16")  # fmt: skip
 #: oneDNN's ONEDNN_MAX_CPU_ISA values (and their older AVX10 names) → our class.
 ONEDNN_ISAS = {
