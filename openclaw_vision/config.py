@@ -238,8 +238,10 @@ class VlmConfig(NodeConfig):
     answer_topic: str = param("/vlm/answer", "openclaw_vision/VlmAnswer, header of the frame answered about")
     stream_topic: str = param("", "e.g. /vlm/answer_stream: each decoded piece as std_msgs/String; empty: off")
     llm: str = param("tiny", "tiny | tinyllama-1.1b (random weights) | a Hugging Face Llama folder | a .gguf file")
-    llm_backend: str = param("auto", "ours | llamacpp; auto: llamacpp for a GGUF file where installed and it passed its probe here",
-                             choices=LLM_BACKENDS)  # fmt: skip
+    llm_backend: str = param(
+        "auto", "ours | llamacpp; auto: llamacpp for a GGUF file where installed and it passed its probe here",
+        choices=LLM_BACKENDS,
+    )  # fmt: skip
     tokenizer: str = param("", "tokenizer.json; empty: the checkpoint folder's, or the built-in one")
     projector: str = param("", "projector safetensors (projector.fc1/fc2); empty: random init")
     # The width of /visual_features is the encoder model's (models/configs.py), not a second copy here:
