@@ -255,9 +255,10 @@ def judge(model_id: str, verdict: Verdict | None, policy: str, runtime: str, isa
         why = f"{model_id} (INT8) has no accuracy-gate verdict for {where}"
         if elsewhere is not None:
             why += f" (it was gated on {elsewhere.where()}: {elsewhere.summary()})"
-        if policy == "require":
+        why += f"; re-run `openclaw-vision quantize` here with {runtime} installed to gate it"
+        if policy == "require":  # e.g. a model quantised before verdicts carried their ISA: say the way out
             raise GateRefused(why)
-        return f"{why}; re-run `openclaw-vision quantize` here with {runtime} installed to gate it"
+        return why
     if not verdict.passed:
         why = f"{model_id} (INT8) failed its accuracy gate on {verdict.where()}: {verdict.summary()}"
         if elsewhere is not None and elsewhere.isa_class != verdict.isa_class:

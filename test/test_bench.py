@@ -61,6 +61,12 @@ def test_quick_bench_writes_json_markdown_and_plots(tiny_model, tmp_path, dds_do
     ours = next(v for v in result["variants"] if v["name"] == "preprocess/ours-cpu")
     assert ours["baseline"] == "preprocess/pil-reference" and ours["speedup_vs_baseline"] > 0
     assert result["node"]["accounted_at_30fps"] is True
+    node = result["node"]  # the isolated figures are the node's own backend and precision, never another runtime
+    assert (node["isolated_compute_ms"]["backend"], node["isolated_compute_ms"]["precision"]) == (
+        node["backend"], node["precision"])  # fmt: skip
+    assert node["backend"] in ("onnxruntime", "openvino") and node["precision"] == "int8"
+    for t in node["search_trials"]:  # a trial reports the rate the node was fed, at most the offered one
+        assert 0 < t["fps"] <= t["offered_fps"]
     assert result["roofline"]["fraction_of_peak"] > 0
     if openvino_usable()[0]:  # the same two files on OpenVINO, at both batch sizes
         assert {(f"encode/openvino-{p}", b) for p in ("fp32", "int8") for b in (1, 8)} <= names

@@ -155,7 +155,9 @@ def markdown(result: dict) -> str:
         n = result["node"]
         lines += [
             "",
-            f"Node: max sustained {n['max_sustained_fps']} fps with < 5 % dropped; CPU "
+            f"Node ({n['backend']}, {n['precision']}): max sustained {n['max_sustained_fps']} fps with < 5 % "
+            f"dropped{' (the sender could not offer more: a floor, not the capacity)' if n['sender_limited'] else ''}; "
+            f"isolated compute on the same backend P50 {n['isolated_compute_ms']['encode']['p50']:.1f} ms encode; CPU "
             f"{n['cpu_percent_mean']} % of one core (mean), peak RSS {n['rss_peak_mb']} MB.",
             "Stages at 30 fps (P50 / P99 ms): "
             + ", ".join(f"{k} {v['p50']:.1f} / {v['p99']:.1f}" for k, v in n["stages_ms_at_30fps"].items()),
