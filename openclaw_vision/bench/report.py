@@ -133,6 +133,15 @@ def _gguf_lines(g: dict | None) -> list[str]:
     return lines
 
 
+def _capacity(node: dict) -> str:
+    """The node's capacity in words: the highest rate kept under 5 % drops, and whether the sender set it."""
+    fps = node["max_sustained_fps"]
+    if fps is None:
+        return "no rate tried kept drops under 5 %"
+    floor = " (the sender could not offer more: a floor, not the capacity)" if node["sender_limited"] else ""
+    return f"max sustained {fps} fps with < 5 % dropped{floor}"
+
+
 def markdown(result: dict) -> str:
     lines = [
         f"# openclaw-vision bench ({result['mode']}{', quick' if result.get('quick') else ''})",
@@ -155,9 +164,8 @@ def markdown(result: dict) -> str:
         n = result["node"]
         lines += [
             "",
-            f"Node ({n['backend']}, {n['precision']}): max sustained {n['max_sustained_fps']} fps with < 5 % "
-            f"dropped{' (the sender could not offer more: a floor, not the capacity)' if n['sender_limited'] else ''}; "
-            f"isolated compute on the same backend P50 {n['isolated_compute_ms']['encode']['p50']:.1f} ms encode; CPU "
+            f"Node ({n['backend']}, {n['precision']}): {_capacity(n)}; isolated compute on the same backend "
+            f"P50 {n['isolated_compute_ms']['encode']['p50']:.1f} ms encode; CPU "
             f"{n['cpu_percent_mean']} % of one core (mean), peak RSS {n['rss_peak_mb']} MB.",
             "Stages at 30 fps (P50 / P99 ms): "
             + ", ".join(f"{k} {v['p50']:.1f} / {v['p99']:.1f}" for k, v in n["stages_ms_at_30fps"].items()),
