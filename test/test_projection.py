@@ -1,0 +1,108 @@
+"""output_dim: a fitted projection in the exported graph, the same on the image and the text tower, and gated."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from openclaw_vision.encoders import backends
+from openclaw_vision.encoders.options import EncoderOptions
+from openclaw_vision.models import onnx_files
+from openclaw_vision.models.projection import ProjectionError, check_output_dim, projection_matrix
+from openclaw_vision.numerics import l2_normalise
+from openclaw_vision.preprocess.frame import Frame
+from openclaw_vision.quant import projection
+from openclaw_vision.sample_frames import pan_frames
+from openclaw_vision.text.encoder import TextEncoder
+
+DIM = 16  # the tiny tower is 32-d
+
+
+@pytest.fixture(scope="module")
+def frames() -> list[Frame]:
+    return [Frame.from_rgb(f) for f in pan_frames(32, 320, 240)]
+
+
+@pytest.fixture(scope="module")
+def projected(tiny_model, tiny_text_model, frames, tmp_path_factory):
+    out = tmp_path_factory.mktemp("projected")
+    image, text = out / "tiny-16.fp32.onnx", out / "tiny-16.text.fp32.onnx"
+    result = projection.project_model(tiny_model, tiny_text_model, DIM, frames, image, text)
+    return result, image, text
+
+
+def _pixels(n: int = 5) -> np.ndarray:
+    return np.random.default_rng(3).standard_normal((n, 3, 224, 224)).astype(np.float32)
+
+
+@pytest.mark.parametrize("runtime", ["onnxruntime", "openvino"])
+def test_projection_is_in_the_graph_and_equals_numpy_projection_of_the_full_width(runtime, tiny_model, projected):
+    row = backends.get(runtime)
+    if not row.usable()[0]:
+        pytest.skip(f"{runtime} not usable here")
+    _, image, _ = projected
+    matrix = projection_matrix(image)
+    assert matrix.shape == (32, DIM)
+    full = row.open(tiny_model, EncoderOptions(threads=1, gate="warn")).encode(_pixels()).vectors
+    enc = row.open(image, EncoderOptions(threads=1, gate="warn"))
+    got = enc.encode(_pixels()).vectors
+    assert got.shape == (5, DIM) and enc.embed_dim == DIM
+    np.testing.assert_allclose(got, l2_normalise(full @ matrix), atol=1e-5)
+    ops = [n.op_type for n in onnx_files.load_graph(image).graph.node[-4:]]
+    assert ops == ["MatMul", "ReduceL2", "Max", "Div"]
+
+
+def test_text_tower_gets_the_same_projection_and_both_ids_carry_the_width(tiny_text_model, projected):
+    result, image, text = projected
+    np.testing.assert_array_equal(projection_matrix(text), projection_matrix(image))
+    prompts = ["a photo of a door.", "a photo of a forklift."]
+    full = TextEncoder(tiny_text_model, 1).encode(prompts).vectors
+    enc = TextEncoder(text, 1)
+    got = enc.encode(prompts)
+    np.testing.assert_allclose(got.vectors, l2_normalise(full @ projection_matrix(text)), atol=1e-5)
+    assert got.model_id == "tiny@random-seed0/16" == result.model_id
+    assert onnx_files.read_metadata(image)["model_id"] == "tiny@random-seed0/16"
+    assert projection.stored_result(image)["metrics"] == result.metrics
+
+
+def test_gate_text_term_refuses_a_text_tower_of_another_projection(projected, tiny_text_model):
+    from openclaw_vision.quant.crossmodal import load_reference
+    from openclaw_vision.text.zero_shot import ModelMismatch
+
+    _, _, text = projected
+    assert load_reference(text, "tiny@random-seed0/16").model_id == "tiny@random-seed0/16"
+    with pytest.raises(ModelMismatch):
+        load_reference(tiny_text_model, "tiny@random-seed0/16")  # full-width labels for 16-d features
+    with pytest.raises(ModelMismatch):
+        load_reference(text, "tiny@random-seed0")
+
+
+def test_fit_keeps_the_geometry_and_the_figures_are_recorded(projected):
+    result, _, _ = projected
+    assert result.passed and result.output_dim == DIM and result.full_dim == 32
+    assert result.metrics["retained_variance"] > 0.95
+    assert result.heldout_frames == 8 and result.fit_frames == 24 and result.labels == 30
+
+
+def test_a_projection_fitted_on_garbage_fails_the_gate_with_its_figures(
+    tiny_model, tiny_text_model, frames, tmp_path, monkeypatch
+):
+    def garbage(image, text, dim):  # orthonormal columns that ignore the data
+        q, _ = np.linalg.qr(np.random.default_rng(0).standard_normal((image.shape[1], dim)))
+        return q.astype(np.float32)
+
+    monkeypatch.setattr(projection, "fit", garbage)
+    out = tmp_path / "bad.onnx"
+    with pytest.raises(projection.ProjectionGateFailed, match=r"retained variance \d+\.\d+% \(>= 90%\)"):
+        projection.project_model(tiny_model, tiny_text_model, 2, frames, out, tmp_path / "bad.text.onnx")
+    assert not out.exists()
+
+
+def test_output_dim_rules():
+    assert check_output_dim(0, 512) == 0  # the tower's width
+    assert check_output_dim(512, 512) == 0  # ViT-B-32 at 512: nothing to project, the same model
+    assert check_output_dim(512, 1280) == 512
+    with pytest.raises(ProjectionError, match="above ViT-B-32's embedding width 512"):
+        check_output_dim(1024, 512, "ViT-B-32")
+    with pytest.raises(ProjectionError):
+        check_output_dim(-1, 512)
