@@ -106,3 +106,58 @@ def test_output_dim_rules():
         check_output_dim(1024, 512, "ViT-B-32")
     with pytest.raises(ProjectionError):
         check_output_dim(-1, 512)
+
+
+@pytest.fixture()
+def home_with_tiny(home_with_text_tower, tiny_model):
+    """A data home of this test's own holding the session's tiny image and text exports (no re-export)."""
+    import shutil
+
+    from openclaw_vision.resources import default_model_path
+
+    shutil.copy(tiny_model, default_model_path("tiny"))
+    return home_with_text_tower
+
+
+def test_export_cli_builds_both_projected_towers_and_refuses_a_width_above_the_towers(home_with_tiny, capsys):
+    from openclaw_vision.cli import main
+    from openclaw_vision.resources import default_model_path
+    from openclaw_vision.text.build import default_text_model_path
+
+    assert main(["export", "--model", "tiny", "--output-dim", "64"]) == 1
+    assert "above tiny's embedding width 32" in capsys.readouterr().err
+    assert main(["export", "--model", "tiny", "--output-dim", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "32 -> 8-d" in out and "retained variance" in out and "held-out frames" in out
+    image, text = default_model_path("tiny-8"), default_text_model_path("tiny-8")
+    assert onnx_files.read_metadata(image)["model_id"] == onnx_files.read_metadata(text)["model_id"]
+    assert onnx_files.read_metadata(text)["model_id"] == "tiny@random-seed0/8"
+
+
+def test_output_dim_of_the_towers_width_is_the_full_width_model(home_with_tiny):
+    from openclaw_vision.build import ensure_fp32, projected_name
+
+    assert projected_name("ViT-B-32", 512) == projected_name("ViT-B-32", 0) == "ViT-B-32"
+    assert projected_name("ViT-bigG-14", 512) == "ViT-bigG-14-512"
+    assert ensure_fp32("tiny", output_dim=32) == ensure_fp32("tiny")
+    assert onnx_files.read_metadata(ensure_fp32("tiny"))["model_id"] == "tiny@random-seed0"
+
+
+def test_first_use_int8_build_quantises_the_projection_with_the_text_term_of_the_same_projection(home_with_tiny):
+    from openclaw_vision.build import ensure_int8
+    from openclaw_vision.gate import verdicts
+
+    path = ensure_int8("tiny", output_dim=16)
+    meta = onnx_files.read_metadata(path)
+    assert path.name == "tiny-16.int8.onnx" and meta["model_id"] == "tiny@random-seed0/16"
+    onnxruntime = verdicts(meta)["onnxruntime"]
+    assert onnxruntime.passed and "zero_shot_top1" in onnxruntime.values  # labels through the 16-d text tower
+
+
+def test_node_configs_take_output_dim_and_refuse_one_above_the_width():
+    from openclaw_vision.config import ConfigError, EncoderConfig, VlmConfig
+
+    assert VlmConfig(model="ViT-bigG-14", output_dim=512).validate().embed_dim == 512
+    assert VlmConfig(model="ViT-B-32", output_dim=512).validate().embed_dim == 512
+    with pytest.raises(ConfigError, match="output_dim=1024: output_dim 1024 is above ViT-B-32's"):
+        EncoderConfig(model="ViT-B-32", output_dim=1024).validate()
