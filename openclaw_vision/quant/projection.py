@@ -129,6 +129,8 @@ class ProjectionResult:
     metrics: dict[str, float]
     passed: bool
     bounds: dict[str, float] = field(default_factory=dict)
+    #: the same held-out figures for the fits not chosen (image-only, text-only uncentred PCA): why this one
+    alternatives: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def summary(self) -> str:
         return gate_summary(self.metrics, ProjectionSpec(**self.bounds))
@@ -184,9 +186,11 @@ def project_model(
     matrix = fit(fit_rows, text, dim)
     metrics = measure(held_rows, matrix, text)
     passed = metrics.passes(spec)
+    others = {"image-only": fit(fit_rows, fit_rows, dim), "text-only": fit(text, text, dim)}
     result = ProjectionResult(
         str(image_out), str(text_out), projected_id(model_id, dim), model_id, dim, full_dim, FIT,
         len(fit_frames), len(held_frames), len(text), metrics.as_dict(), passed, spec.as_dict(),
+        {name: measure(held_rows, m, text).as_dict() for name, m in others.items()},
     )  # fmt: skip
     if not passed:
         raise ProjectionGateFailed(
