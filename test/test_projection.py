@@ -161,3 +161,15 @@ def test_node_configs_take_output_dim_and_refuse_one_above_the_width():
     assert VlmConfig(model="ViT-B-32", output_dim=512).validate().embed_dim == 512
     with pytest.raises(ConfigError, match="output_dim=1024: output_dim 1024 is above ViT-B-32's"):
         EncoderConfig(model="ViT-B-32", output_dim=1024).validate()
+
+
+def test_shipped_vit_g_512_config_is_the_briefs_node():
+    from pathlib import Path
+
+    from openclaw_vision.build import projected_name
+    from openclaw_vision.config import from_sources
+
+    root = Path(__file__).resolve().parents[1]
+    cfg = from_sources(root / "config" / "encoder-vit-g-512.yaml", "encoder_node", {})
+    assert (cfg.model, cfg.output_dim, cfg.precision) == ("ViT-bigG-14", 512, "int8")
+    assert projected_name(cfg.model, cfg.output_dim) == "ViT-bigG-14-512"  # the node loads ViT-bigG-14-512.int8.onnx
