@@ -43,7 +43,7 @@ def output_width(model: str, output_dim: int) -> int:
 def projected_name(model: str, output_dim: int = 0) -> str:
     """The data-home stem of `model`'s builds at `output_dim`: `ViT-bigG-14-512` (`ViT-B-32` at 0 or 512)."""
     dim = output_width(model, output_dim)
-    return f"{canonical_name(model)}-{dim}" if dim else canonical_name(model)
+    return f"{canonical_name(model)}-{dim}" if dim else model  # no projection: the name as every path had it
 
 
 def sample_calibration_frames() -> list:
@@ -246,8 +246,10 @@ def _export_projected(args: argparse.Namespace, name: str) -> int:
     if image.exists() and text.exists() and not args.force:
         print(f"{image} and {text} exist (use --force to rebuild)")
         return 0
+    from .models.onnx_files import remove_model
+
     for path in (image, text) if args.force else ():
-        path.unlink(missing_ok=True)
+        remove_model(path)  # and its data file: a big tower's weights
     try:
         with terminate_as_exit():
             ensure_projected(name, args.output_dim, args.calib, args.checkpoint, args.seed, image, text)
