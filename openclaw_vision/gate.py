@@ -274,7 +274,7 @@ def judge(model_id: str, verdict: Verdict | None, policy: str, runtime: str, isa
 class ProjectionMetrics:
     """A projected (k-d) FP32 tower against its full-width FP32 tower on held-out frames and the gate's labels."""
 
-    retained_variance: float  # share of the unit embeddings' energy the k directions keep (images and labels)
+    retained_variance: float  # share of the unit embeddings' variance (about their mean) kept: images', labels' mean
     nn_agreement: float  # each frame's nearest other frame, projected vs full width (FP32-margin tie rule)
     zero_shot_top1: float | None = None  # the top label of each frame, projected vs full width (None: no text)
     nn_argmax: float | None = None  # the same two without the tie rule: reported, not enforced
@@ -289,7 +289,10 @@ class ProjectionMetrics:
 
 @dataclass(frozen=True)
 class ProjectionSpec:
-    """Bounds of a fitted projection (see quant/projection.py for the figures they were set from)."""
+    """Bounds of a fitted projection. Measured (scripts/projection_figures.py, random-init towers, 64 sample
+    frames: 16 held out): tiny 32->16 keeps 95.9 % of the variance (passes), 32->8 83.0 %, 32->2 4.9 % (fail);
+    ViT-B-32 512->32 92.7 %. The two agreements use the tie rule and stay at 100 % down to 2-d on these
+    near-collinear random towers: the retained variance is the bound with teeth here."""
 
     retained_variance: float = 0.9
     nn_agreement: float = 0.9

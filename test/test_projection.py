@@ -80,7 +80,7 @@ def test_gate_text_term_refuses_a_text_tower_of_another_projection(projected, ti
 def test_fit_keeps_the_geometry_and_the_figures_are_recorded(projected):
     result, _, _ = projected
     assert result.passed and result.output_dim == DIM and result.full_dim == 32
-    assert result.metrics["retained_variance"] > 0.95
+    assert result.metrics["retained_variance"] >= 0.9 and set(result.alternatives) == {"image-only", "text-only"}
     assert result.heldout_frames == 8 and result.fit_frames == 24 and result.labels == 30
 
 
@@ -96,6 +96,15 @@ def test_a_projection_fitted_on_garbage_fails_the_gate_with_its_figures(
     with pytest.raises(projection.ProjectionGateFailed, match=r"retained variance \d+\.\d+% \(>= 90%\)"):
         projection.project_model(tiny_model, tiny_text_model, 2, frames, out, tmp_path / "bad.text.onnx")
     assert not out.exists()
+
+
+def test_a_too_narrow_projection_fails_the_build_with_its_figures_and_writes_nothing(
+    tiny_model, tiny_text_model, frames, tmp_path
+):
+    out = tmp_path / "tiny-2.onnx"
+    with pytest.raises(projection.ProjectionGateFailed, match=r"32->2 projection .* retained variance \d+\.\d+%"):
+        projection.project_model(tiny_model, tiny_text_model, 2, frames, out, tmp_path / "tiny-2.text.onnx")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_output_dim_rules():
@@ -126,12 +135,14 @@ def test_export_cli_builds_both_projected_towers_and_refuses_a_width_above_the_t
 
     assert main(["export", "--model", "tiny", "--output-dim", "64"]) == 1
     assert "above tiny's embedding width 32" in capsys.readouterr().err
-    assert main(["export", "--model", "tiny", "--output-dim", "8"]) == 0
+    assert main(["export", "--model", "tiny", "--output-dim", "2"]) == 1
+    assert "failed its gate" in capsys.readouterr().err and not default_model_path("tiny-2").exists()
+    assert main(["export", "--model", "tiny", "--output-dim", "16"]) == 0
     out = capsys.readouterr().out
-    assert "32 -> 8-d" in out and "retained variance" in out and "held-out frames" in out
-    image, text = default_model_path("tiny-8"), default_text_model_path("tiny-8")
+    assert "32 -> 16-d" in out and "retained variance" in out and "held-out frames" in out
+    image, text = default_model_path("tiny-16"), default_text_model_path("tiny-16")
     assert onnx_files.read_metadata(image)["model_id"] == onnx_files.read_metadata(text)["model_id"]
-    assert onnx_files.read_metadata(text)["model_id"] == "tiny@random-seed0/8"
+    assert onnx_files.read_metadata(text)["model_id"] == "tiny@random-seed0/16"
 
 
 def test_output_dim_of_the_towers_width_is_the_full_width_model(home_with_tiny):

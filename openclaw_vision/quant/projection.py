@@ -17,11 +17,11 @@ geometry and let the other fall where it may. One matrix projects both towers, s
 stay in one space; the graph normalises after it (models/projection.py).
 
 The gate (gate.ProjectionSpec, bounds as data): on frames *not* used in the fit (every 4th
-frame, as the INT8 gate holds out), the projected FP32 against the full-width FP32:
-retained variance (the share of each unit row's energy the k directions keep, images and labels
-equally weighted), nearest-neighbour agreement (each frame's nearest other frame) and zero-shot
-top-1 agreement on the label set, both with the INT8 gate's FP32-margin tie rule (`_agreement` says why;
-plain argmax agreement is reported beside them).
+frame, as the INT8 gate holds out), the projected FP32 against the full-width FP32: retained
+variance (the share of the unit rows' variance about their mean that the k directions keep, the
+held-out frames' and the labels' shares averaged), nearest-neighbour agreement (each frame's
+nearest other frame) and zero-shot top-1 agreement on the label set, both with the INT8 gate's
+FP32-margin tie rule (`_agreement` says why; plain argmax agreement is reported beside them).
 A projection below a bound fails the build (ProjectionGateFailed, the figures named) and nothing
 is written. Projected INT8 vs projected FP32 is the INT8 gate, as for any FP32 model.
 
@@ -74,9 +74,16 @@ def fit(image: np.ndarray, text: np.ndarray, dim: int) -> np.ndarray:
 
 
 def retained_variance(rows: np.ndarray, matrix: np.ndarray) -> float:
-    """Mean share of each unit row's energy kept by the projection's columns (1: nothing lost)."""
+    """Share of the unit rows' variance about their mean that the projection's columns keep (1: nothing lost).
+
+    Centred on purpose, although the fit is not: random-init (and real) CLIP embeddings of one scene share a
+    large common direction, and the uncentred share counts it. Tiny, 32->2 kept 94.5 % of the rows' energy
+    but 5 % of their variance, and its frames' plain-argmax nearest neighbours were right in 7 of 16: the
+    centred share is the one that sees that."""
     u = l2_normalise(rows, dtype=np.float64)
-    return float(np.mean(np.sum((u @ matrix.astype(np.float64)) ** 2, axis=1)))
+    c = u - u.mean(axis=0)
+    total = float(np.sum(c**2))
+    return float(np.sum((c @ matrix.astype(np.float64)) ** 2) / total) if total > 0 else 1.0
 
 
 def _off_diagonal(sims: np.ndarray) -> np.ndarray:
