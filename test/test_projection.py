@@ -184,3 +184,11 @@ def test_shipped_vit_g_512_config_is_the_briefs_node():
     cfg = from_sources(root / "config" / "encoder-vit-g-512.yaml", "encoder_node", {})
     assert (cfg.model, cfg.output_dim, cfg.precision) == ("ViT-bigG-14", 512, "int8")
     assert projected_name(cfg.model, cfg.output_dim) == "ViT-bigG-14-512"  # the node loads ViT-bigG-14-512.int8.onnx
+
+
+def test_launch_output_dim_reaches_the_encoder_vlm_and_labels_nodes():
+    from openclaw_vision.ros.launch_args import node_overrides
+
+    encoder, vlm, labels = node_overrides({"model": "ViT-bigG-14", "output_dim": "512"})
+    assert encoder == vlm == labels == {"model": "ViT-bigG-14", "output_dim": 512}
+    assert node_overrides({"model": "ViT-B-32"})[0] == {"model": "ViT-B-32"}  # unset: the file decides
