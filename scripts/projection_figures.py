@@ -8,8 +8,10 @@
 2. The projection built as every entry point builds it (quant/projection.py: fit on the sample frames'
    calibration split and the gate's label prompts, gated on the held-out frames): retained variance,
    NN and zero-shot agreement vs full width, and the same for the image-only and text-only fits.
-3. Encode latency through the node's ONNX Runtime encoder, batch 1, full width vs projected, interleaved
-   round by round (stats.run_interleaved) under the CPU lock (/tmp/openclaw-cpu.lock, as `flock` takes it).
+3. Encode latency through the node's ONNX Runtime encoder (one preprocessed 224² frame, batch 1), full
+   width vs projected, interleaved round by round (stats.run_interleaved) under the CPU lock: the script
+   takes /tmp/openclaw-cpu.lock itself around the timing, as `flock` would (so do not wrap it in `flock`:
+   it would wait for itself).
 
 At an `output_dim` equal to the tower's width (ViT-B-32 at 512) there is no projection: the script says
 so and checks that the model it gets is the full-width file, with the same id.
