@@ -17,6 +17,7 @@ from pathlib import Path
 
 from .commands import Command, field_flag, from_args
 from .errors import OpenclawError
+from .gate import ProjectionSpec, gate_summary
 from .models.configs import DEFAULT_MODEL, canonical_name
 from .resources import default_model_path
 
@@ -30,11 +31,91 @@ class BuildError(OpenclawError, RuntimeError):
     """A default model could not be built (e.g. the INT8 model failed its accuracy gate)."""
 
 
-def ensure_fp32(model: str, model_path: Path | None = None, checkpoint: Path | None = None) -> Path:
-    """`model_path` if given, else the data-home FP32 export of `model` (exported now if missing)."""
+def output_width(model: str, output_dim: int) -> int:
+    """The projection width of `model` at `output_dim`: 0 for none (0, or the tower's own width: the same model,
+    the same files); models.projection.ProjectionError above the tower's width."""
+    from .models.configs import get_config
+    from .models.projection import check_output_dim
+
+    return check_output_dim(output_dim, get_config(model).embed_dim, canonical_name(model)) if output_dim else 0
+
+
+def projected_name(model: str, output_dim: int = 0) -> str:
+    """The data-home stem of `model`'s builds at `output_dim`: `ViT-bigG-14-512` (`ViT-B-32` at 0 or 512)."""
+    dim = output_width(model, output_dim)
+    return f"{canonical_name(model)}-{dim}" if dim else model  # no projection: the name as every path had it
+
+
+def sample_calibration_frames() -> list:
+    """The built-in panning camera's frames: calibration (INT8 and the projection's fit) when no bag is given."""
+    from .preprocess.frame import Frame
+    from .sample_frames import pan_frames
+
+    return [Frame.from_rgb(f) for f in pan_frames(SAMPLE_CALIBRATION_FRAMES)]
+
+
+def calibration_frames(calib: Path | None, topic: str | None = None) -> list:
+    """Frames from `calib` (a bag or image folder, spread over it as the quantiser reads it), else the sample ones."""
+    if calib is None:
+        return sample_calibration_frames()
+    from .quant.data import load_frames
+
+    return load_frames(Path(calib), topic)
+
+
+def ensure_projected(
+    model: str, output_dim: int = 0, calib: Path | None = None, checkpoint: Path | None = None, seed: int = 0,
+    image_out: Path | None = None, text_out: Path | None = None,
+) -> Path:  # fmt: skip
+    """The FP32 image export of `model` projected to `output_dim` (and its text tower beside it), built now if
+    missing: the full-width towers first (the data home's, or exported for `checkpoint`/`seed` into a scratch
+    folder), then the fit on `calib`'s frames (else the sample frames) and the gate (quant/projection.py).
+
+    Raises ProjectionGateFailed with the figures when the projection fails its gate (nothing written)."""
+    from .quant.projection import project_model
+    from .text.build import default_text_model_path, ensure_text_fp32
+
+    name, dim = canonical_name(model), output_width(model, output_dim)
+    if not dim:
+        return ensure_fp32(name, None, checkpoint)
+    image_out = Path(image_out or default_model_path(projected_name(name, dim), "fp32"))
+    text_out = Path(text_out or default_text_model_path(projected_name(name, dim)))
+    if image_out.exists() and text_out.exists():
+        return image_out
+    frames = calibration_frames(calib)
+    log.info("building %s projected to %d-d -> %s, %s (fit on %s)", name, dim, image_out, text_out,
+             calib or "built-in sample frames")  # fmt: skip
+    if checkpoint is None and seed == 0:
+        full, full_text = ensure_fp32(name), ensure_text_fp32(name)
+        project_model(full, full_text, dim, frames, image_out, text_out)
+        return image_out
+    from .models import onnx_files
+    from .models.export import export_model
+
+    scratch = onnx_files.scratch_dir(image_out.parent, image_out.name + ".full")
+    try:
+        full, full_text = scratch / "image.onnx", scratch / "text.onnx"
+        export_model(name, full, checkpoint, seed)
+        export_model(name, full_text, checkpoint, seed, tower="text")
+        project_model(full, full_text, dim, frames, image_out, text_out)
+    finally:
+        import shutil
+
+        shutil.rmtree(scratch, ignore_errors=True)
+    return image_out
+
+
+def ensure_fp32(
+    model: str, model_path: Path | None = None, checkpoint: Path | None = None, output_dim: int = 0,
+    calib: Path | None = None,
+) -> Path:  # fmt: skip
+    """`model_path` if given, else the data-home FP32 export of `model` (exported now if missing); at an
+    `output_dim` below the tower's width, its projected export (`ensure_projected`, fitted on `calib`)."""
     if model_path:
         return Path(model_path)
     model = canonical_name(model)
+    if output_width(model, output_dim):
+        return ensure_projected(model, output_dim, calib, checkpoint)
     path = default_model_path(model, "fp32")
     if not path.exists():
         from .models.export import export_model
@@ -45,16 +126,19 @@ def ensure_fp32(model: str, model_path: Path | None = None, checkpoint: Path | N
     return path
 
 
-def ensure_gate_text(model: str, checkpoint: Path | None = None) -> Path:
+def ensure_gate_text(model: str, checkpoint: Path | None = None, output_dim: int = 0) -> Path:
     """The FP32 text export of a named model in the data home (made now if missing, as the FP32 export is).
 
     Every entry point that quantises a named model (`quantize --model`, the ladder, and
     `ensure_int8`: the demo, first use, `ask`) calls this first, so the INT8 gate has the same
     checks everywhere, its zero-shot term included: the pipeline finds the text tower there by the
     image model's id. An FP32 file given by path gets the term only if a text export of its model
-    id is already there (nothing says which weights to export)."""
-    from .text.build import ensure_text_fp32
+    id is already there (nothing says which weights to export). At an `output_dim` the projected text
+    tower is the one `ensure_projected` wrote beside the projected image export."""
+    from .text.build import default_text_model_path, ensure_text_fp32
 
+    if output_width(model, output_dim):
+        return default_text_model_path(projected_name(model, output_dim))
     return ensure_text_fp32(model, None, checkpoint)
 
 
@@ -64,29 +148,31 @@ def int8_path_for(fp32: Path) -> Path:
     return fp32.with_name(f"{stem}.int8.onnx")
 
 
-def ensure_int8(model: str, calib: Path | None = None, fp32_path: Path | None = None) -> Path:
-    """The INT8 model of `model` (or of `fp32_path`), quantised now if missing.
+def ensure_int8(model: str, calib: Path | None = None, fp32_path: Path | None = None, output_dim: int = 0) -> Path:
+    """The INT8 model of `model` (or of `fp32_path`), quantised now if missing; at an `output_dim` below the
+    tower's width, of its projected FP32 export (projected INT8 vs projected FP32 is the INT8 gate).
 
     Calibrates on `calib` (a bag or image folder) or on the built-in sample frames. Raises
-    BuildError with the gate's numbers when the quantised model does not pass.
+    BuildError with the gate's numbers when the quantised model (or the projection) does not pass.
     """
     if not fp32_path:
         model = canonical_name(model)
-    path = int8_path_for(Path(fp32_path)) if fp32_path else default_model_path(model, "int8")
+    path = (
+        int8_path_for(Path(fp32_path)) if fp32_path else default_model_path(projected_name(model, output_dim), "int8")
+    )
     if path.exists():
         return path
     from .quant.pipeline import QuantOptions, quantize
+    from .quant.projection import ProjectionGateFailed
     from .quant.report import write
 
-    fp32 = ensure_fp32(model, fp32_path)
+    try:
+        fp32 = ensure_fp32(model, fp32_path, output_dim=output_dim, calib=calib)
+    except ProjectionGateFailed as err:
+        raise BuildError(str(err)) from err
     if not fp32_path:
-        ensure_gate_text(model)  # the gate's text term, as `quantize --model` has it
-    frames = None
-    if calib is None:
-        from .preprocess.frame import Frame
-        from .sample_frames import pan_frames
-
-        frames = [Frame.from_rgb(f) for f in pan_frames(SAMPLE_CALIBRATION_FRAMES)]
+        ensure_gate_text(model, output_dim=output_dim)  # the gate's text term, as `quantize --model` has it
+    frames = None if calib is not None else sample_calibration_frames()
     report = path.with_suffix(".report")
     log.info("building %s INT8 -> %s (calibration: %s)", model, path, calib or "built-in sample frames")
     result = quantize(
@@ -139,8 +225,45 @@ def _export_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="default: ~/.cache/openclaw_vision/models/<model>.fp32.onnx (text: <model>.text.fp32.onnx)",
     )
+    field_flag(p, "--output-dim", ensure_projected,
+               help="embedding width: 0 = the tower's; below it, both towers get a projection fitted on --calib's"
+               " frames (else the sample frames) and gated; written as <model>-<width>[.text].fp32.onnx")  # fmt: skip
+    p.add_argument("--calib", type=Path, default=None, help="with --output-dim: bag or image folder the fit reads")
     p.add_argument("--force", action="store_true")
     p.add_argument("--json", action="store_true", help="print the result (files, check, phases) as one JSON line")
+
+
+def _export_projected(args: argparse.Namespace, name: str) -> int:
+    """`export --output-dim K`: both towers projected (build.ensure_projected), the fit's figures printed."""
+    from .models.export import ExportCheckError
+    from .quant.projection import ProjectionGateFailed, stored_result
+    from .text.build import default_text_model_path
+
+    stem = projected_name(name, args.output_dim)
+    image = args.out or default_model_path(stem, "fp32")
+    text = image.with_name(image.name.removesuffix(".onnx").removesuffix(".fp32") + ".text.fp32.onnx")
+    text = text if args.out else default_text_model_path(stem)
+    if image.exists() and text.exists() and not args.force:
+        print(f"{image} and {text} exist (use --force to rebuild)")
+        return 0
+    from .models.onnx_files import remove_model
+
+    for path in (image, text) if args.force else ():
+        remove_model(path)  # and its data file: a big tower's weights
+    try:
+        with terminate_as_exit():
+            ensure_projected(name, args.output_dim, args.calib, args.checkpoint, args.seed, image, text)
+    except (ProjectionGateFailed, ExportCheckError, OpenclawError, ValueError, KeyError) as err:
+        print(f"export failed: {err}", file=sys.stderr)
+        return 1
+    res = stored_result(image)
+    if args.json:
+        print(json.dumps({**res, "image_model": str(image), "text_model": str(text)}))
+        return 0
+    print(f"wrote {image} + {text} ({res['model_id']}: {res['full_dim']} -> {res['output_dim']}-d, {res['fit']};"
+          f" fit on {res['fit_frames']} frames + {res['labels']} label prompts; gate on {res['heldout_frames']}"
+          f" held-out frames: {gate_summary(res['metrics'], ProjectionSpec(**res['bounds']))})")  # fmt: skip
+    return 0
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -149,7 +272,9 @@ def _export(args: argparse.Namespace) -> int:
 
     try:
         name = canonical_name(args.model)
-    except KeyError as err:
+        if output_width(name, args.output_dim):
+            return _export_projected(args, name)
+    except (KeyError, OpenclawError) as err:
         print(f"export failed: {err.args[0]}", file=sys.stderr)
         return 1
     out = args.out or (default_text_model_path(name) if args.tower == "text" else default_model_path(name, "fp32"))
@@ -189,6 +314,12 @@ def _quantize_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=DEFAULT_MODEL, help="model name; its FP32 export is built if missing")
     p.add_argument("--model-path", type=Path, default=None, help="an FP32 ONNX export to quantise instead")
     p.add_argument("--checkpoint", type=Path, default=None, help="weights for the FP32 export when it is built")
+    field_flag(
+        p,
+        "--output-dim",
+        ensure_projected,
+        help="quantise the model projected to this width (built, fitted on --calib and gated if missing)",
+    )
     p.add_argument("--calib", type=Path, required=True, help="rosbag2 folder, .mcap or .db3 file, or image folder")
     field_flag(p, "--topic", q, help="image topic in the bag (default: its one camera)")
     field_flag(p, "--limit", q, help="use the first N frames only")
@@ -243,10 +374,12 @@ def _quantize(args: argparse.Namespace) -> int:
 
     try:
         model = canonical_name(args.model) if not args.model_path else args.model
-        fp32 = ensure_fp32(model, args.model_path, args.checkpoint)
+        dim = 0 if args.model_path else args.output_dim
+        fp32 = ensure_fp32(model, args.model_path, args.checkpoint, dim, args.calib)
         if not args.model_path and args.text and not args.text_model:
-            ensure_gate_text(model, args.checkpoint)  # the gate's text term, as every entry point has it
-        out = args.out or (int8_path_for(fp32) if args.model_path else default_model_path(model, "int8"))
+            ensure_gate_text(model, args.checkpoint, dim)  # the gate's text term, as every entry point has it
+        out = args.out or (int8_path_for(fp32) if args.model_path else default_model_path(projected_name(model, dim),
+                                                                                            "int8"))  # fmt: skip
         opts = from_args(QuantOptions, args, fp32_model=fp32, out=out, gate=from_args(GateSpec, args))
         with terminate_as_exit():
             result = quantize(opts)

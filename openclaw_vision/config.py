@@ -23,10 +23,12 @@ from typing import Any
 import yaml
 
 from . import gate
+from .build import output_width
 from .encoders import PERFORMANCE_HINTS, backends
 from .encoders.options import GATE_AUTO, EncoderOptions
 from .errors import OpenclawError
 from .models.configs import MODEL_CONFIGS
+from .models.projection import ProjectionError
 from .vlm.pipeline import LLM_BACKENDS
 from .vlm.tokenizer import DEFAULT_SYSTEM
 
@@ -147,6 +149,11 @@ class NodeConfig:
     def _check_params(self) -> None:
         for key, spec in self.params().items():
             spec.check(key, getattr(self, key))
+        if getattr(self, "output_dim", 0) and getattr(self, "model", None) in MODEL_CONFIGS:
+            try:
+                output_width(self.model, self.output_dim)  # above the tower's width: said at start
+            except ProjectionError as err:
+                raise self._bad("output_dim", str(err)) from None
 
     def _bad(self, key: str, why: str) -> ConfigError:
         return ConfigError(f"parameter {key}={getattr(self, key)!r}: {why}")
@@ -170,7 +177,12 @@ class EncoderConfig(NodeConfig):
     )  # fmt: skip
     max_batch: int = param(0, "most frames (one per camera) encoded in one batch; 0: the model's maximum", minimum=0)
     model: str = param("ViT-B-32", "named CLIP architecture (tiny, ViT-B-32, ViT-L-14, ...) unless model_path is set")
-    model_path: str = param("", "ONNX file; empty: ~/.cache/openclaw_vision/models/<model>.<precision>.onnx")
+    output_dim: int = param(
+        0, "published width: 0 = the tower's; below it, a fitted projection in the graph (id <id>/<width>)", minimum=0
+    )  # fmt: skip
+    model_path: str = param(
+        "", "ONNX file; empty: ~/.cache/openclaw_vision/models/<model>[-<output_dim>].<precision>.onnx"
+    )  # fmt: skip
     backend: str = param("auto", "inference backend; auto: the GPU when one is usable", choices=backends.choices())
     precision: str = param(
         "int8", "int8: the gated Q/DQ model (openclaw-vision quantize); fp32 or fp16 on request",
@@ -247,6 +259,9 @@ class VlmConfig(NodeConfig):
     # The width of /visual_features is the encoder model's (models/configs.py), not a second copy here:
     # `ros2 launch … model:=ViT-L-14` gives this node the encoder's model too (launch_args.VLM_SHARED).
     model: str = param("ViT-B-32", "the encoder's named CLIP architecture: /visual_features has its embedding width")
+    output_dim: int = param(
+        0, "the encoder's output_dim (0: the tower's width): the width of /visual_features", minimum=0
+    )  # fmt: skip
     visual_tokens: int = param(8, "prefix positions one embedding is projected to", minimum=1)
     max_new_tokens: int = param(32, "longest answer, in tokens (from the next question on)", minimum=1, runtime=True)
     temperature: float = param(0.0, "sampling temperature, 0 = greedy", minimum=0.0, runtime=True)
@@ -273,8 +288,8 @@ class VlmConfig(NodeConfig):
 
     @property
     def embed_dim(self) -> int:
-        """The width of the features this node takes: the encoder model's embedding width."""
-        return MODEL_CONFIGS[self.model].embed_dim
+        """The width of the features this node takes: the encoder's output_dim, else its model's embedding width."""
+        return output_width(self.model, self.output_dim) or MODEL_CONFIGS[self.model].embed_dim
 
 
 @dataclass(frozen=True)
@@ -294,6 +309,9 @@ class LabelsConfig(NodeConfig):
     template: str = param("a photo of a {}.", 'prompt per label; "{}" alone uses the label as it is', runtime=True)
     model: str = param(
         "ViT-B-32", "named CLIP architecture; its text export is <model>.text.fp32.onnx in the data home"
+    )  # fmt: skip
+    output_dim: int = param(
+        0, "the encoder's output_dim (0: full width): the text export <model>-<output_dim>.text.fp32.onnx", minimum=0
     )  # fmt: skip
     text_model_path: str = param("", "a text tower export instead (the same model id as the features')")
     bpe_path: str = param("", "CLIP's merges file; empty: the data home's, or an installed open_clip's")

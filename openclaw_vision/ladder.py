@@ -7,7 +7,10 @@ that step's own and nothing of one model stays in memory for the next):
 2. quantise (`openclaw-vision quantize --calib BAG`): wall time, peak RSS per phase, FP32 and
    INT8 file sizes, session memory FP32 vs INT8 (fresh processes), the gate's numbers;
 3. latency: one 1080p camera frame → preprocessing → embedding, FP32 and INT8 sessions side by
-   side in one process, interleaved rounds; P50/P99 per precision and their ratio.
+   side in one process, interleaved rounds; P50/P99 per precision and their ratio;
+4. the `--output-dim` column (default 512; 0: none): `openclaw-vision export --output-dim 512 --calib BAG`,
+   the projection's gate vs full width (retained variance, NN and zero-shot agreement); a tower already
+   that wide says so (no projection: the same model).
 
 Before a model's steps the ladder checks that the machine has the memory they need free
 (MemAvailable ≥ the FP32 weights × 1.3 + 2 GB) and skips the model with the reason if not.
@@ -155,7 +158,25 @@ def _latency(model: str, fp32: Path, int8: Path, calib: Path, out: Path) -> dict
     return {**json.loads(stdout.strip().splitlines()[-1]), "load_before": before, "load_after": _load()}
 
 
-def run_model(model: str, calib: Path, out: Path) -> dict:
+def _projection(model: str, output_dim: int, calib: Path, out: Path) -> dict:
+    """The `output_dim` projection's gate figures (build.ensure_projected, in a child like every step)."""
+    from .models.configs import get_config
+
+    width = get_config(model).embed_dim
+    if width <= output_dim:  # equal: the same model; narrower: nothing a projection could give
+        return {"output_dim": output_dim, "none": f"none: the tower is {width}-d"}
+    before = _load()
+    args = ["export", "--model", model, "--output-dim", str(output_dim), "--calib", str(calib), "--force", "--json"]
+    try:
+        seconds, stdout = _child(args, out / f"{model}.projection.log")
+    except RuntimeError as err:  # a projection below its gate fails its export: the column says so
+        return {"output_dim": output_dim, "error": str(err).splitlines()[0]}
+    res = json.loads(stdout.strip().splitlines()[-1])
+    keep = ("model_id", "full_dim", "output_dim", "metrics", "passed", "heldout_frames", "alternatives")
+    return {**{k: res[k] for k in keep}, "seconds": seconds, "load_before": before, "load_after": _load()}
+
+
+def run_model(model: str, calib: Path, out: Path, output_dim: int = 512) -> dict:
     from .models.configs import get_config
 
     cfg = get_config(model)
@@ -170,7 +191,21 @@ def run_model(model: str, calib: Path, out: Path) -> dict:
     rec["quantize"] = _quantize(model, calib, out)
     if rec["quantize"]["passed"]:
         rec["latency"] = _latency(model, Path(rec["export"]["path"]), Path(rec["quantize"]["int8_path"]), calib, out)
+    if output_dim:
+        rec["projection"] = _projection(model, output_dim, calib, out)
     return rec
+
+
+def _projection_cell(r: dict) -> str:
+    """'99.9% / 100% / 100% pass' (retained variance / NN / zero-shot vs full width), or why there is none."""
+    p = r.get("projection")
+    if not p:
+        return "—"
+    if "none" in p or "error" in p:
+        return p.get("none") or p["error"]
+    m = p["metrics"]
+    zs = f"{m['zero_shot_top1']:.0%}" if "zero_shot_top1" in m else "—"
+    return f"{m['retained_variance']:.1%} / {m['nn_agreement']:.0%} / {zs} {'pass' if p['passed'] else 'FAIL'}"
 
 
 def _params(cfg) -> int:
@@ -192,8 +227,9 @@ def markdown(result: dict) -> str:
         "| model | params | GFLOP/img | export s | export peak RSS GB (× FP32 weights) | FP32 MB | INT8 MB "
         "| session MB FP32 → INT8: peak (load + 1 run); steady | quantize s / peak GB "
         "| INT8 gate: mean cos / min cos / NN | kept float "
-        "| 1080p P50 ms FP32 / INT8 | 1080p P99 ms FP32 / INT8 | INT8 speed-up (P50) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| 1080p P50 ms FP32 / INT8 | 1080p P99 ms FP32 / INT8 | INT8 speed-up (P50) "
+        "| --output-dim projection (512) vs full width: retained variance / NN / zero-shot |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["models"]:
         if "skipped" in r or "error" in r:
@@ -215,7 +251,8 @@ def markdown(result: dict) -> str:
             f"| {sess} | {q['seconds']} / {q['peak_rss_mb'] / 1e3:.2f} "
             f"| {g['mean_cosine']:.5f} / {g['min_cosine']:.5f} / {g['nn_agreement']:.0%} "
             f"{'pass' if q['passed'] else 'FAIL'} | {q['kept_float']}/{q['layers']} "
-            f"| {_pair(lat, 'p50_ms')} | {_pair(lat, 'p99_ms')} | {lat.get('int8_speedup_p50', '—')}× |"
+            f"| {_pair(lat, 'p50_ms')} | {_pair(lat, 'p99_ms')} | {lat.get('int8_speedup_p50', '—')}× "
+            f"| {_projection_cell(r)} |"
         )
     lines += [
         "",
@@ -293,7 +330,7 @@ def run_ladder(args: argparse.Namespace) -> dict:
         else:
             print(f"[ladder] {model}: export, quantize, latency ...", flush=True)
             try:
-                rec = run_model(model, args.calib, out)
+                rec = run_model(model, args.calib, out, args.output_dim)
             except RuntimeError as err:
                 rec = {"model": model, "params_m": None, "gflops": None, "error": str(err).splitlines()[0]}
                 print(f"[ladder] {model} failed: {err}", file=sys.stderr, flush=True)
@@ -310,6 +347,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--calib", type=Path, default=Path("out/demo/frames"), help="the bag to calibrate and time on")
     p.add_argument("--out", type=Path, default=Path("out/ladder"))
     p.add_argument("--reuse", action="store_true", help="keep the records of models already in --out")
+    p.add_argument("--output-dim", type=int, default=512,
+                   help="the projection column's width (export --output-dim; 0: no column)")  # fmt: skip
     p.add_argument("--latency-only", nargs=2, type=Path, metavar=("FP32", "INT8"), help=argparse.SUPPRESS)
 
 

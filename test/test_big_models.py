@@ -324,7 +324,7 @@ def test_ladder_command_runs_a_model_through_every_step(sample_bag, tmp_path, da
 
     res = subprocess.run(
         [sys.executable, "-m", "openclaw_vision.cli", "ladder", "--models", "tiny", "--calib", str(sample_bag),
-         "--out", str(tmp_path)],
+         "--out", str(tmp_path), "--output-dim", "16"],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
@@ -333,8 +333,10 @@ def test_ladder_command_runs_a_model_through_every_step(sample_bag, tmp_path, da
     assert rec["quantize"]["passed"] and rec["quantize"]["memory"]["int8"]["session_mb"] > 0
     assert rec["quantize"]["gate"]["zero_shot_top1"] >= 0.99  # the same gate as every entry point: text term in
     assert rec["latency"]["fp32"]["n"] >= 8 and rec["latency"]["frame"] == "1920x1080 rgb8"
+    assert rec["projection"]["model_id"] == "tiny@random-seed0/16" and rec["projection"]["passed"]
     md = (tmp_path / "ladder.md").read_text()
     assert "| tiny |" in md and "ladder --models tiny" in md and "AVX-512 VNNI" in md
+    assert f"| {rec['projection']['metrics']['retained_variance']:.1%} / " in md
 
 
 def test_an_export_stopped_by_sigterm_leaves_nothing_behind(tmp_path):

@@ -65,9 +65,9 @@ def find_reference(image_model_id: str, text_model: Path | None, threads: int = 
     Without a text tower of the same weights the text term is not computed and the note says why
     (the gate then has no text term). A `text_model` the user named that is of other weights is
     an error (ValueError), not a silent skip."""
-    from ..text.build import default_text_model_path
+    from ..text.build import text_model_path_for
 
-    path = Path(text_model) if text_model else default_text_model_path(image_model_id.split("@")[0])
+    path = Path(text_model) if text_model else text_model_path_for(image_model_id)
     if not path.is_file():
         if text_model:
             raise ValueError(f"--text-model {path}: no such file")

@@ -49,6 +49,7 @@ from typing import Any
 
 from .. import config as cfgmod
 from ..bags import COMPRESSED_SUFFIX
+from ..build import projected_name
 from ..encoders import EncoderError, EncoderOptions, ImageEncoder, create_encoder
 from ..pipeline import FramePipeline
 from ..preprocess.encodings import FrameError
@@ -375,7 +376,7 @@ def image_subscription(cfg: cfgmod.EncoderConfig) -> tuple[str, str]:
 
 def _build(cfg: cfgmod.EncoderConfig, transport: Transport) -> EncoderNode:
     camera_specs(cfg)  # a camera set that cannot work stops here, before a model is loaded
-    model_path = cfg.model_path or str(default_model_path(cfg.model, cfg.precision))
+    model_path = cfg.model_path or str(default_model_path(projected_name(cfg.model, cfg.output_dim), cfg.precision))
     return EncoderNode(cfg, transport, create_encoder(cfg.backend, model_path, options=encoder_options(cfg)))
 
 

@@ -226,13 +226,18 @@ class LabelsLoadError(OpenclawError, RuntimeError):
 
 
 def _build(cfg: cfgmod.LabelsConfig, transport: Transport) -> LabelsNode:
+    from ..build import projected_name
     from ..encoders.base import EncoderError
     from ..text.build import default_text_model_path
     from ..text.encoder import TextEncoder
     from ..text.merges import TokenizerError
     from ..text.zero_shot import LabelError
 
-    path = Path(cfg.text_model_path) if cfg.text_model_path else default_text_model_path(cfg.model)
+    path = (
+        Path(cfg.text_model_path)
+        if cfg.text_model_path
+        else default_text_model_path(projected_name(cfg.model, cfg.output_dim))
+    )
     try:
         text = TextEncoder(path, cfg.threads, cfg.bpe_path or None)
         return LabelsNode(cfg, transport, text)

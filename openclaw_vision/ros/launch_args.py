@@ -28,6 +28,7 @@ ENCODER_ARGUMENTS = {
     "image_topics": "several cameras in one node and one batch, e.g. '[/front/image_raw, /rear/image_raw/compressed]'",
     "features_topic": "VisualFeatures topic (the encoder's output, the VLM's input)",
     "model": "named CLIP architecture",
+    "output_dim": "embedding width on /visual_features (0: the tower's; e.g. 512: a fitted, gated projection)",
     "backend": " | ".join(backends.choices()),
     "precision": "int8 | fp32 | fp16",
     "triton_url": "backend triton: the server's gRPC HOST:PORT",
@@ -43,10 +44,10 @@ LABELS_ARGUMENTS = {
     "labels_topic": "openclaw_vision/VisualLabels topic",
 }
 #: arguments that also set a parameter of another node: the VLM and labels nodes read what the
-#: encoder writes, the VLM takes features of the encoder model's width, and the labels node's text
-#: tower must be of the encoder's model (its ids must match)
-VLM_SHARED = ("features_topic", "model")
-LABELS_SHARED = ("features_topic", "model")
+#: encoder writes, the VLM takes features of the encoder model's width (its output_dim), and the labels
+#: node's text tower must be of the encoder's model and projection (its ids must match)
+VLM_SHARED = ("features_topic", "model", "output_dim")
+LABELS_SHARED = ("features_topic", "model", "output_dim")
 #: arguments taken as text whatever they look like ("yes" or "1" is a label, not a bool or an int; YAML 1.1
 #: reads a HOST:PORT such as "10:50" as the base-60 int 650)
 TEXT_ARGUMENTS = ("labels", "triton_url")

@@ -18,6 +18,19 @@ def default_text_model_path(model: str) -> Path:
     return data_home() / "models" / f"{model}.text.fp32.onnx"
 
 
+def model_stem(model_id: str) -> str:
+    """The data-home stem of a model id's builds: `ViT-B-32@random-seed0` → `ViT-B-32`, a projected
+    `ViT-bigG-14@random-seed0/512` → `ViT-bigG-14-512` (models/projection.py writes the width after a `/`)."""
+    name, _, weights = model_id.partition("@")
+    _, slash, width = weights.rpartition("/")
+    return f"{name}-{width}" if slash else name
+
+
+def text_model_path_for(model_id: str) -> Path:
+    """Where the data home keeps the text tower of the image model `model_id` (its projection's, if any)."""
+    return default_text_model_path(model_stem(model_id))
+
+
 def ensure_text_fp32(
     model: str, model_path: str | Path | None = None, checkpoint: Path | None = None, seed: int = 0
 ) -> Path:
