@@ -1,0 +1,174 @@
+"""Visual memory: the store seam (embedded and a real `chroma run` server on loopback), index and search.
+
+Random weights make every real match meaningless, so the store tests plant known vectors and check exact
+ranks, stamps and cameras; the CLI tests check what a user sees (lines, a resumed index adding nothing).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from openclaw_vision.encoders.base import Embedding
+from openclaw_vision.memory.store import (
+    DB_FILE,
+    Rows,
+    StoreCorrupt,
+    StoreError,
+    StoreLocked,
+    StoreMismatch,
+    VisualMemory,
+)
+
+DIM = 16
+T0 = 1_700_000_000_000_000_000
+
+
+def unit(x: np.ndarray) -> np.ndarray:
+    return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32)
+
+
+def planted(n: int = 40, seed: int = 0, source: str = "bag-a", model: str = "tiny@seed0") -> Rows:
+    """n random unit rows over two cameras, stamps 1 ms apart."""
+    v = unit(np.random.default_rng(seed).standard_normal((n, DIM)))
+    return Rows(v, [T0 + i * 1_000_000 for i in range(n)], [f"cam{i % 2}_optical" for i in range(n)],
+                [f"/cam{i % 2}/image_raw" for i in range(n)], model, source)  # fmt: skip
+
+
+def exact_top(rows: Rows, q: np.ndarray, k: int, mask=None) -> list[int]:
+    s = rows.vectors @ q
+    if mask is not None:
+        s = np.where(mask, s, -np.inf)
+    return [int(i) for i in np.argsort(-s, kind="stable")[:k]]
+
+
+def check_store(memory: VisualMemory, rows: Rows) -> None:
+    """Ranks, stamps, cameras and scores of planted rows, with and without filters."""
+    q = unit(rows.vectors[7] + 0.1 * rows.vectors[3])
+    got = memory.search(q, rows.model_id, top_k=5)
+    want = exact_top(rows, q, 5)
+    assert [m.stamp_ns for m in got] == [rows.stamps_ns[i] for i in want]
+    assert got[0].stamp_ns == rows.stamps_ns[7] and got[0].camera == "/cam1/image_raw"
+    assert got[0].frame_id == "cam1_optical" and got[0].source == rows.source
+    assert got[0].score == pytest.approx(float(rows.vectors[7] @ q), abs=1e-5)
+    cams = np.array(rows.cameras)
+    got = memory.search(q, rows.model_id, top_k=3, camera="/cam0/image_raw")
+    assert [m.stamp_ns for m in got] == [rows.stamps_ns[i] for i in exact_top(rows, q, 3, cams == "/cam0/image_raw")]
+    assert {m.camera for m in got} == {"/cam0/image_raw"}
+    stamps = np.array(rows.stamps_ns)
+    lo, hi = rows.stamps_ns[10], rows.stamps_ns[20]
+    got = memory.search(q, rows.model_id, top_k=4, since_ns=lo, until_ns=hi)
+    window = (stamps >= lo) & (stamps <= hi)
+    assert [m.stamp_ns for m in got] == [rows.stamps_ns[i] for i in exact_top(rows, q, 4, window)]
+
+
+def test_planted_rows_rank_exactly_and_survive_a_reopen(tmp_path):
+    rows = planted()
+    with VisualMemory(tmp_path / "store") as memory:
+        assert memory.add(rows).written == 40
+        check_store(memory, rows)
+    with VisualMemory(tmp_path / "store") as memory:  # a new process would see the same: read back from disk
+        assert len(memory) == 40 and memory.model_id == "tiny@seed0" and memory.dim == DIM
+        check_store(memory, rows)
+        again = memory.add(rows)  # the same bag indexed twice adds nothing
+        assert (again.written, again.skipped) == (0, 40)
+        assert len(memory) == 40
+
+
+def test_another_model_or_width_is_refused_naming_both(tmp_path):
+    with VisualMemory(tmp_path / "store") as memory:
+        memory.add(planted(8))
+        other = planted(8, model="ViT-B-32@random-seed0")
+        with pytest.raises(StoreMismatch, match=r"tiny@seed0.*ViT-B-32@random-seed0"):
+            memory.add(other)
+        wide = Rows(unit(np.ones((2, DIM * 2))), [1, 2], ["f", "f"], ["/c", "/c"], "tiny@seed0", "x")
+        with pytest.raises(StoreMismatch, match=rf"{DIM}-d.*{DIM * 2}-d"):
+            memory.add(wide)
+        assert memory.refused == 10 and len(memory) == 8
+
+        class OtherTower:
+            def encode(self, texts):
+                return Embedding(unit(np.ones((len(texts), DIM))), "ViT-L-14@abc")
+
+        with pytest.raises(StoreMismatch, match=r"tiny@seed0.*ViT-L-14@abc"):
+            memory.search_text(OtherTower(), "a forklift")
+
+
+def test_a_query_from_the_text_tower_of_the_same_model(tmp_path):
+    rows = planted(12)
+    prompt_vec = unit(np.arange(DIM, dtype=np.float32) - 3)
+
+    class Tower:  # a tower whose embedding of the prompt is known: the planted row 5 is it
+        def encode(self, texts):
+            return Embedding(np.repeat(prompt_vec[None], len(texts), 0), "tiny@seed0")
+
+    vectors = rows.vectors.copy()
+    vectors[5] = prompt_vec
+    rows = Rows(vectors, rows.stamps_ns, rows.frame_ids, rows.cameras, rows.model_id, rows.source)
+    with VisualMemory(tmp_path / "store") as memory:
+        memory.add(rows)
+        top = memory.search_text(Tower(), "a forklift", top_k=1)
+        assert top[0].stamp_ns == rows.stamps_ns[5] and top[0].score == pytest.approx(1.0, abs=1e-5)
+
+
+def test_a_locked_store_is_refused_and_left_alone(tmp_path):
+    with VisualMemory(tmp_path / "store") as memory:
+        memory.add(planted(4))
+        with pytest.raises(StoreLocked, match="another process"):
+            VisualMemory(tmp_path / "store")
+        assert len(memory) == 4
+    with VisualMemory(tmp_path / "store") as memory:  # the lock goes with its holder
+        assert len(memory) == 4
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_a_corrupt_store_is_refused_and_nothing_written_over_it(tmp_path, damage):
+    folder = tmp_path / "store"
+    with VisualMemory(folder) as memory:
+        memory.add(planted(4))
+    db = folder / DB_FILE
+    data = db.read_bytes()
+    db.write_bytes(b"not a database at all" * 100 if damage == "garbage" else data[: len(data) // 3])
+    before = {p.name: p.read_bytes() for p in folder.rglob("*") if p.is_file() and p.name != "openclaw-memory.lock"}
+    with pytest.raises(StoreCorrupt, match="nothing was written"):
+        VisualMemory(folder)
+    after = {p.name: p.read_bytes() for p in folder.rglob("*") if p.is_file() and p.name != "openclaw-memory.lock"}
+    assert after == before
+
+
+def test_a_file_where_the_store_folder_should_be(tmp_path):
+    (tmp_path / "store").write_text("x")
+    with pytest.raises(StoreError, match="not a store folder"):
+        VisualMemory(tmp_path / "store")
+
+
+def test_retention_keeps_the_newest_rows(tmp_path):
+    rows = planted(30)
+    with VisualMemory(tmp_path / "store") as memory:
+        memory.add(rows)
+        assert memory.retain(max_age_ns=19_000_000) == 10  # newest stamp is 29 ms in: rows 10..29 stay
+        assert memory.retain(max_rows=5) == 15
+        kept = sorted(m.stamp_ns for m in memory.search(rows.vectors[0], rows.model_id, top_k=50))
+        assert kept == list(rows.stamps_ns[25:])
+    with VisualMemory(tmp_path / "store") as memory:
+        assert len(memory) == 5
+
+
+def test_the_server_engine_behind_the_same_client(tmp_path):
+    """A real `chroma run` on 127.0.0.1: the same checks through http://, rows kept across clients."""
+    from openclaw_vision.memory.server import start_server
+
+    rows = planted()
+    child, url = start_server(tmp_path / "server-data", log_path=tmp_path / "chroma.log")
+    with child:
+        with VisualMemory(url) as memory:
+            assert memory.add(rows).written == 40
+            check_store(memory, rows)
+            approx = memory.search(rows.vectors[7], rows.model_id, top_k=1, exact=False)  # the engine's own index
+            assert approx[0].stamp_ns == rows.stamps_ns[7]
+        with VisualMemory(url) as memory:
+            assert len(memory) == 40 and memory.add(rows).written == 0
+            with pytest.raises(StoreMismatch):
+                memory.add(planted(2, model="other@1"))
+    with pytest.raises(StoreError, match="no Chroma server"):
+        VisualMemory(url)
