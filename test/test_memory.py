@@ -172,3 +172,100 @@ def test_the_server_engine_behind_the_same_client(tmp_path):
                 memory.add(planted(2, model="other@1"))
     with pytest.raises(StoreError, match="no Chroma server"):
         VisualMemory(url)
+
+
+# -- index and search, the commands --------------------------------------------------------------------------
+
+
+def _cli(capsys, *argv: str) -> tuple[int, str, str]:
+    from openclaw_vision import cli
+
+    code = cli.main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_index_a_bag_of_images_then_search_it_with_a_contact_sheet(tiny_model, tiny_text_model, sample_bag,
+                                                                   tmp_path, capsys):  # fmt: skip
+    import cv2
+
+    from openclaw_vision.bags import iter_frames
+    from openclaw_vision.encoders.onnxruntime import OnnxRuntimeEncoder
+    from openclaw_vision.pipeline import FramePipeline
+    from openclaw_vision.text.encoder import TextEncoder
+
+    store = tmp_path / "store"
+    flags = ("--store", store, "--model-path", tiny_model, "--text-model", tiny_text_model)
+    code, out, err = _cli(capsys, "index", sample_bag, "--batch", "5", *flags)
+    assert code == 0, err
+    assert "12 rows written, 0 already stored" in out and "12/12 messages" in err
+    code, out, err = _cli(capsys, "index", sample_bag, *flags)  # resumed: nothing added, nothing encoded
+    assert code == 0 and "0 rows written, 12 already stored" in out and "holds 12" in out
+
+    sheet = tmp_path / "sheet.png"
+    code, out, err = _cli(capsys, "search", "a forklift", "--top-k", "5", "--images", sample_bag, "--sheet", sheet,
+                          "--store", store, "--text-model", tiny_text_model)  # fmt: skip
+    assert code == 0, err
+    lines = [line.split() for line in out.splitlines()]
+    # what the same frames and prompt give through the stages by hand
+    frames = list(iter_frames(sample_bag))
+    pipe = FramePipeline(OnnxRuntimeEncoder(tiny_model))
+    image = np.vstack([pipe.run(frames[i : i + 4]).vectors for i in range(0, len(frames), 4)])
+    scores = image @ TextEncoder(tiny_text_model).encode(["a forklift"]).vectors[0]
+    order = np.argsort(-scores, kind="stable")[:5]
+    assert [float(f[3]) for f in lines] == pytest.approx([float(scores[i]) for i in order], abs=2e-4)
+    margins = np.diff(np.sort(scores)[::-1][:6])
+    if np.all(np.abs(margins) > 1e-3):  # random weights: near-ties may fall either way
+        assert [int(f[0]) for f in lines] == [frames[i].stamp_ns for i in order]
+    assert {f[1] for f in lines} == {"/camera/image_raw"} and {f[2] for f in lines} == {"camera"}
+    png = cv2.imread(str(sheet))
+    assert png is not None and png.shape[1] == 4 * 320 and png.shape[0] == 2 * (180 + 44)  # 5 frames: 2 rows of 4
+
+
+def _features_bag(path, rows: Rows, topic: str = "/visual_features") -> None:
+    from openclaw_vision.bags import FEATURES_TYPE, BagWriter, typestore
+
+    store = typestore()
+    msg_type, header = store.types[FEATURES_TYPE], store.types["std_msgs/msg/Header"]
+    stamp_type = store.types["builtin_interfaces/msg/Time"]
+    with BagWriter(path) as bag:
+        for v, s, f in zip(rows.vectors, rows.stamps_ns, rows.frame_ids, strict=True):
+            m = msg_type(header=header(stamp=stamp_type(sec=s // 10**9, nanosec=s % 10**9), frame_id=f),
+                         model_id=rows.model_id, dim=len(v), embedding=v.astype(np.float32))  # fmt: skip
+            bag.write(topic, FEATURES_TYPE, s, bytes(store.serialize_cdr(m, FEATURES_TYPE)))
+
+
+def test_index_a_features_bag_as_recorded_and_find_the_planted_prompt(tiny_text_model, tmp_path, capsys):
+    from openclaw_vision.text.encoder import TextEncoder
+
+    text = TextEncoder(tiny_text_model)
+    prompt = text.encode(["a forklift"])
+    n = 20
+    v = unit(np.random.default_rng(3).standard_normal((n, prompt.dim)))
+    v[13] = prompt.vectors[0]  # the frame that is "a forklift"
+    rows = Rows(v, [T0 + i * 33_000_000 for i in range(n)], ["cam"] * n, ["/visual_features"] * n, prompt.model_id,
+                "x")  # fmt: skip
+    bag = tmp_path / "features"
+    _features_bag(bag, rows)
+    store = tmp_path / "store"
+    code, out, err = _cli(capsys, "index", bag, "--store", store)
+    assert code == 0 and f"{n} rows written" in out, err
+    code, out, err = _cli(capsys, "search", "a forklift", "--top-k", "2", "--store", store, "--text-model",
+                          tiny_text_model)  # fmt: skip
+    first = out.splitlines()[0].split()
+    assert code == 0 and first[:3] == [str(T0 + 13 * 33_000_000), "/visual_features", "cam"]
+    assert float(first[3]) == pytest.approx(1.0, abs=1e-4)
+    assert len(out.splitlines()) == 2
+
+    other = tmp_path / "other"  # another model's features into the same store: refused and counted
+    _features_bag(other, Rows(v[:3], rows.stamps_ns[:3], ["cam"] * 3, ["/f"] * 3, "ViT-B-32@random-seed0", "y"))
+    code, out, err = _cli(capsys, "index", other, "--store", store)
+    assert "0 rows written, 0 already stored, 3 refused" in out and "ViT-B-32@random-seed0" in err
+
+
+def test_search_an_empty_or_locked_store_says_so(tiny_text_model, tmp_path, capsys):
+    code, _, err = _cli(capsys, "search", "a door", "--store", tmp_path / "s", "--text-model", tiny_text_model)
+    assert code == 2 and "the store is empty" in err
+    with VisualMemory(tmp_path / "s"):
+        code, _, err = _cli(capsys, "search", "a door", "--store", tmp_path / "s", "--text-model", tiny_text_model)
+    assert code == 2 and "open in another process" in err
