@@ -269,3 +269,22 @@ def test_search_an_empty_or_locked_store_says_so(tiny_text_model, tmp_path, caps
     with VisualMemory(tmp_path / "s"):
         code, _, err = _cli(capsys, "search", "a door", "--store", tmp_path / "s", "--text-model", tiny_text_model)
     assert code == 2 and "open in another process" in err
+
+
+def test_bench_memory_mode_reports_every_size_and_judges_the_goals(monkeypatch):
+    """A small run of `bench --mode memory` (no timing is asserted): its rows, recall and goal table."""
+    from openclaw_vision.bench import memory as bench_memory
+    from openclaw_vision.bench.report import markdown
+
+    monkeypatch.setattr(bench_memory, "STORE_MAX_ROWS", 600)
+    res = bench_memory.run_memory(True, sizes=(600, 1200), server=False)
+    stored, hot_only = res["memory"]["sizes"]
+    assert stored["store"] and not hot_only["store"]
+    assert stored["recall_at_10"]["hot-exact"] == 1.0 and hot_only["recall_at_10"]["hot-exact"] == 1.0
+    assert 0 <= stored["recall_at_10"]["engine-hnsw"] <= 1 and stored["bytes_on_disk_per_row"] > 512 * 4
+    names = {v["name"] for v in res["variants"]}
+    assert {"memory/numpy-exact@600", "memory/hot-exact@600", "memory/engine-hnsw@600"} <= names
+    goals = res["memory"]["goals"]
+    assert len(goals) == 3 and not goals[0]["met"]  # judged at 600 rows, not the 100k the goal names
+    text = markdown({"mode": "memory", "host": {"cpu": "x", "cores": 2}, **res, "goals": goals})
+    assert "| 1,200 (hot only) |" in text and "query P99 <= 20 ms at 100,000 rows" in text

@@ -42,6 +42,10 @@ LOCK_FILE = "openclaw-memory.lock"
 #: Chroma's database file inside an embedded store's folder
 DB_FILE = "chroma.sqlite3"
 SQLITE_MAGIC = b"SQLite format 3\x00"
+#: the engine's own index (the fallback query path, and a fleet server's): cheap to build, because building it
+#: is what limits Chroma's insert rate (measured here at 10k rows, 240-row batches: ~630 rows/s with its
+#: defaults, ~1200 with these); queries run on the exact hot layer anyway
+HNSW = {"space": "ip", "ef_construction": 40, "max_neighbors": 8, "ef_search": 64}
 #: rows read from the engine per call when the hot layer is loaded
 LOAD_PAGE = 5000
 
@@ -342,7 +346,7 @@ class VisualMemory:
 
     def _create(self, model_id: str, dim: int) -> None:
         self._collection = self._client.get_or_create_collection(
-            COLLECTION, configuration={"hnsw": {"space": "ip"}}, metadata={"model_id": model_id, "dim": dim},
+            COLLECTION, configuration={"hnsw": dict(HNSW)}, metadata={"model_id": model_id, "dim": dim},
             embedding_function=None,
         )  # fmt: skip
         self.model_id, self.dim = model_id, dim
