@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "encoder": ("ros.encoder_node:main", "run the encoder node (flags: see `openclaw-vision encoder --help`)"),
     "vlm": ("ros.vlm_node:main", "run the VLM node (flags: see `openclaw-vision vlm --help`)"),
     "labels": ("ros.labels_node:main", "run the labels node (flags: see `openclaw-vision labels --help`)"),
+    "memory": ("ros.memory_node:main", "run the memory node: /visual_features into visual memory (flags: --help)"),
     "ask": ("tools.ask:COMMAND", "encoder + VLM in one process: answer a question about one frame of a bag"),
     "replay": ("tools.bag:REPLAY", "play a bag into a running encoder node and record /visual_features"),
     "bench": ("bench.run:COMMAND", "latency P50/P95/P99 per stage, side by side with the usual baselines"),

@@ -288,3 +288,102 @@ def test_bench_memory_mode_reports_every_size_and_judges_the_goals(monkeypatch):
     assert len(goals) == 3 and not goals[0]["met"]  # judged at 600 rows, not the 100k the goal names
     text = markdown({"mode": "memory", "host": {"cpu": "x", "cores": 2}, **res, "goals": goals})
     assert "| 1,200 (hot only) |" in text and "query P99 <= 20 ms at 100,000 rows" in text
+
+
+# -- the memory node, a real process over loopback DDS ---------------------------------------------------------
+
+
+@pytest.mark.dds
+def test_memory_node_writes_batches_refuses_other_models_and_survives_sigkill(dds_domain, tmp_path):
+    import json
+    import signal
+    import time
+
+    from dds_helpers import Inbox, wait_until
+
+    from openclaw_vision.ros.cyclone import CycloneTransport
+    from openclaw_vision.ros.process import NodeProcess
+    from openclaw_vision.ros.types import DEFAULT, DIAGNOSTIC_ARRAY, HEADER, TIME, VISUAL_FEATURES, QoS
+
+    store = tmp_path / "store"
+    rows = planted(20, source="live")
+    args = ["--store", str(store), "--transport", "cyclonedds", "--diagnostics-period", "0.2", "--flush-period",
+            "0.2", "--batch-rows", "8"]  # fmt: skip
+    t = CycloneTransport("test_memory")
+
+    def status(msgs) -> list[dict]:
+        return [{kv.key: kv.value for kv in st.values} for m in msgs for st in m.status
+                if st.name == "memory_node: memory"]  # fmt: skip
+
+    def counted(diag: Inbox, **want):
+        return diag.wait_for(lambda msgs: any(all(s.get(k) == str(v) for k, v in want.items()) for s in status(msgs)),
+                             what=f"counts {want}")  # fmt: skip
+
+    def start(log_name: str, stats: str | None = None):
+        node = NodeProcess([*args, *(["--stats-json", stats] if stats else [])], log_path=tmp_path / log_name,
+                           node="memory")  # fmt: skip
+        feats = t.publisher("/visual_features", VISUAL_FEATURES, DEFAULT)
+        diag = Inbox()
+        sub = t.subscribe("/diagnostics", DIAGNOSTIC_ARRAY, QoS("reliable", 1), diag)
+        wait_until(lambda: (feats.matched() and sub.matched()) or not node.alive())
+        assert node.alive(), node.log_text()
+        return node, feats, diag, sub
+
+    def send(feats, i: int, vec: np.ndarray, model: str = rows.model_id) -> None:
+        s = T0 + i * 1_000_000
+        header = t.msg(HEADER)(stamp=t.msg(TIME)(sec=s // 10**9, nanosec=s % 10**9), frame_id=rows.frame_ids[i % 2])
+        feats.publish(t.msg(VISUAL_FEATURES)(header=header, model_id=model, dim=len(vec), embedding=t.float_array(vec)))
+
+    try:
+        node, feats, diag, sub = start("memory1.log")
+        for i in range(20):
+            send(feats, i, rows.vectors[i])
+        counted(diag, written=20)
+        send(feats, 50, rows.vectors[0], model="ViT-B-32@random-seed0")  # another model: refused, counted
+        send(feats, 51, np.full(DIM, np.nan, np.float32))  # not a vector: rejected
+        counted(diag, refused=1, rejected=1, written=20)
+        for i in range(20, 25):  # the last rows, then SIGKILL: at most what was not flushed is lost
+            send(feats, i, unit(np.ones(DIM) + i))
+        node.send(signal.SIGKILL)
+        node.wait(10)
+        node.stop()
+        with VisualMemory(store) as memory:  # the dead node's lock went with it
+            assert 20 <= len(memory) <= 25
+            assert memory.model_id == rows.model_id
+        sub.close()
+
+        stats = tmp_path / "stats.json"
+        node, feats, diag, _ = start("memory2.log", str(stats))
+        # the same rows again: nothing added. Sent until counted: the test's writer may still be matched with
+        # the killed node's reader (its lease has not run out), so the first sends can go nowhere
+        def seen_all(msgs) -> bool:
+            return any(int(s.get("skipped", 0)) >= 20 for s in status(msgs))
+
+        deadline = time.monotonic() + 60
+        while not seen_all(diag.items):
+            assert time.monotonic() < deadline, node.log_text()
+            for i in range(20):
+                send(feats, i, rows.vectors[i])
+            time.sleep(0.5)
+        assert node.stop() == 0
+        st = json.loads(stats.read_text())
+        assert st["written"] == 0 and st["skipped"] == st["received"] >= 20 and st["dropped"] == 0
+    finally:
+        t.close()
+    live = Rows(rows.vectors, rows.stamps_ns, rows.frame_ids, ["/visual_features"] * 20, rows.model_id, "live")
+    with VisualMemory(store) as memory:
+        check_store_ranks = memory.search(unit(rows.vectors[7] + 0.1 * rows.vectors[3]), rows.model_id, top_k=3)
+        want = exact_top(live, unit(rows.vectors[7] + 0.1 * rows.vectors[3]), 3)
+        assert [m.stamp_ns for m in check_store_ranks] == [live.stamps_ns[i] for i in want]
+        assert {m.camera for m in check_store_ranks} == {"/visual_features"}
+
+
+def test_memory_node_refuses_to_start_on_a_corrupt_store(tmp_path):
+    from openclaw_vision import children
+
+    folder = tmp_path / "store"
+    folder.mkdir()
+    (folder / DB_FILE).write_bytes(b"garbage" * 50)
+    done = children.run(children.cli("memory", "--store", str(folder), "--transport", "cyclonedds"), timeout=60)
+    assert done.returncode == 2 and "not an SQLite database" in done.tail()
+    assert (folder / DB_FILE).read_bytes() == b"garbage" * 50

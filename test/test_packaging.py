@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from openclaw_vision.config import EncoderConfig, LabelsConfig, VlmConfig
+from openclaw_vision.config import EncoderConfig, LabelsConfig, MemoryConfig, VlmConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -168,10 +168,13 @@ def test_shipped_config_files_hold_the_node_defaults():
     assert read_params_file(ROOT / "config" / "encoder.yaml", "encoder_node") == EncoderConfig().as_dict()
     assert read_params_file(ROOT / "config" / "vlm.yaml", "vlm_node") == VlmConfig().as_dict()
     assert read_params_file(ROOT / "config" / "labels.yaml", "labels_node") == LabelsConfig().as_dict()
+    assert read_params_file(ROOT / "config" / "memory.yaml", "memory_node") == MemoryConfig().as_dict()
 
 
 @pytest.mark.parametrize(
-    ("name", "cls"), [("encoder.yaml", EncoderConfig), ("vlm.yaml", VlmConfig), ("labels.yaml", LabelsConfig)]
+    ("name", "cls"),
+    [("encoder.yaml", EncoderConfig), ("vlm.yaml", VlmConfig), ("labels.yaml", LabelsConfig),
+     ("memory.yaml", MemoryConfig)],
 )
 def test_each_yaml_comment_is_the_parameters_description(name, cls):
     """One source: config.Param's description is the YAML comment and the ROS descriptor's text."""
