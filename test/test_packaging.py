@@ -150,16 +150,17 @@ def test_launch_file_declares_each_override_unset_and_starts_the_installed_execu
     text = (ROOT / "launch" / "vision.launch.py").read_text()
     tree = ast.parse(text)
     assert "DeclareLaunchArgument(name, default_value=UNSET" in text and UNSET == ""
-    assert "for name in (*ENCODER_ARGUMENTS, *VLM_ARGUMENTS, *LABELS_ARGUMENTS)" in text
+    assert "for name in (*ENCODER_ARGUMENTS, *VLM_ARGUMENTS, *LABELS_ARGUMENTS, *MEMORY_ARGUMENTS)" in text
     assert ENCODER_ARGUMENTS and VLM_ARGUMENTS and LABELS_ARGUMENTS
     executables = {node.args[0].value for node in ast.walk(tree) if isinstance(node, ast.Call)
                    and getattr(node.func, "id", "") == "_node"}  # fmt: skip
-    assert executables == {"encoder_node", "vlm_node", "labels_node"}
+    assert executables == {"encoder_node", "vlm_node", "labels_node", "memory_node"}
     cmake = (ROOT / "CMakeLists.txt").read_text()
     for exe in executables:  # installed where launch_ros looks: lib/<package>/<executable>
         assert (ROOT / "scripts" / exe).is_file() and f"scripts/{exe}" in cmake
     assert 'DeclareLaunchArgument("enable_vlm", default_value="false"' in text
     assert 'DeclareLaunchArgument("enable_labels", default_value="false"' in text
+    assert 'DeclareLaunchArgument("enable_memory", default_value="false"' in text
 
 
 def test_shipped_config_files_hold_the_node_defaults():
