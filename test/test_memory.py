@@ -319,9 +319,12 @@ def test_memory_node_writes_batches_refuses_other_models_and_survives_sigkill(dd
         return diag.wait_for(lambda msgs: any(all(s.get(k) == str(v) for k, v in want.items()) for s in status(msgs)),
                              what=f"counts {want}")  # fmt: skip
 
+    nodes: list = []
+
     def start(log_name: str, stats: str | None = None):
         node = NodeProcess([*args, *(["--stats-json", stats] if stats else [])], log_path=tmp_path / log_name,
                            node="memory")  # fmt: skip
+        nodes.append(node)
         feats = t.publisher("/visual_features", VISUAL_FEATURES, DEFAULT)
         diag = Inbox()
         sub = t.subscribe("/diagnostics", DIAGNOSTIC_ARRAY, QoS("reliable", 1), diag)
@@ -369,6 +372,8 @@ def test_memory_node_writes_batches_refuses_other_models_and_survives_sigkill(dd
         st = json.loads(stats.read_text())
         assert st["written"] == 0 and st["skipped"] == st["received"] >= 20 and st["dropped"] == 0
     finally:
+        for node in nodes:
+            node.stop()
         t.close()
     live = Rows(rows.vectors, rows.stamps_ns, rows.frame_ids, ["/visual_features"] * 20, rows.model_id, "live")
     with VisualMemory(store) as memory:

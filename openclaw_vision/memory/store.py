@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import sqlite3
 from collections.abc import Iterable, Sequence
@@ -179,6 +180,7 @@ def _client(spec: str | Path):
 
     settings = Settings(anonymized_telemetry=False)
     if is_server(spec):
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # else one INFO line per request, at camera rate
         url = urlparse(str(spec))
         port = url.port or (443 if url.scheme == "https" else 8000)
         try:
