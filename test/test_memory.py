@@ -111,6 +111,30 @@ def test_a_query_from_the_text_tower_of_the_same_model(tmp_path):
         assert top[0].stamp_ns == rows.stamps_ns[5] and top[0].score == pytest.approx(1.0, abs=1e-5)
 
 
+def test_the_int8_scan_past_a_block_returns_float32_ranks_and_scores(monkeypatch):
+    """Sealed int8 blocks + the float32 tail: the same rows, order and scores as exact top-k, filters too."""
+    from openclaw_vision.memory import hot
+
+    monkeypatch.setattr(hot, "BLOCK", 64)
+    rows = planted(500, seed=4)
+    index = hot.HotIndex(DIM)
+    cams = np.array([i % 2 for i in range(500)], np.int32)
+    index.add(rows.vectors[:300], np.asarray(rows.stamps_ns[:300]), cams[:300])
+    index.add(rows.vectors[300:], np.asarray(rows.stamps_ns[300:]), cams[300:])
+    assert len(index._blocks) == 7  # 448 rows sealed, 52 in the float32 tail
+    rng = np.random.default_rng(5)
+    for i in range(0, 500, 25):
+        q = unit(rows.vectors[i] + 0.2 * rng.standard_normal(DIM))
+        got = index.search(q, 10)
+        want = exact_top(rows, q, 10)
+        assert got.rows.tolist() == want
+        np.testing.assert_allclose(got.scores, rows.vectors[want] @ q, atol=1e-6)
+        got = index.search(q, 5, camera_code=1)
+        assert got.rows.tolist() == exact_top(rows, q, 5, cams == 1)
+    index.keep(np.arange(500) >= 100)  # retention moves rows: blocks sealed again over what is left
+    assert len(index._blocks) == 6 and len(index) == 400
+
+
 def test_a_locked_store_is_refused_and_left_alone(tmp_path):
     with VisualMemory(tmp_path / "store") as memory:
         memory.add(planted(4))
