@@ -23,7 +23,7 @@ import numpy as np
 
 from ..ortsession import session
 
-#: rows per sealed int8 block (one session each)
+#: rows per newly sealed int8 block (one session each; blocks of equal size merge)
 BLOCK = 16384
 #: candidates of the int8 scan rescored in float32 (at least; k × 16 for a larger k)
 RESCORE = 256
@@ -46,9 +46,10 @@ def _int8_rows(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 class _Int8Block:
     """BLOCK rows as a constant int8 matrix in a MatMulInteger session: query (uint8, zero point 128) × rowsᵀ."""
 
-    def __init__(self, vectors: np.ndarray) -> None:
+    def __init__(self, vectors: np.ndarray, start: int) -> None:
         from onnx import TensorProto, helper, numpy_helper
 
+        self.start, self.stop = start, start + len(vectors)
         rows, self.inv_scale = _int8_rows(vectors)
         n, d = rows.shape
         graph = helper.make_graph(
@@ -102,10 +103,19 @@ class HotIndex:
         self.size += n
         self._seal()
 
+    def _sealed(self) -> int:
+        return self._blocks[-1].stop if self._blocks else 0
+
     def _seal(self) -> None:
-        while self.int8 and self.size >= (len(self._blocks) + 1) * BLOCK:
-            start = len(self._blocks) * BLOCK
-            self._blocks.append(_Int8Block(self._vectors[start : start + BLOCK]))
+        """Seal each full BLOCK of the tail, then merge the newest two blocks while the newer is as large as the
+        older (a binary counter): O(log n) blocks, so a query makes few session calls, each a large GEMM."""
+        while self.int8 and self.size - self._sealed() >= BLOCK:
+            start = self._sealed()
+            self._blocks.append(_Int8Block(self._vectors[start : start + BLOCK], start))
+            while len(self._blocks) > 1 and self._blocks[-1].stop - self._blocks[-1].start >= (
+                    self._blocks[-2].stop - self._blocks[-2].start):  # fmt: skip
+                newer, older = self._blocks.pop(), self._blocks.pop()
+                self._blocks.append(_Int8Block(self._vectors[older.start : newer.stop], older.start))
 
     @property
     def vectors(self) -> np.ndarray:
@@ -166,8 +176,8 @@ class HotIndex:
         q8, q_inv = _int8_rows(query[None])
         q_u8 = (q8.astype(np.int16) + 128).astype(np.uint8)
         out = np.empty(self.size, np.float32)
-        for i, block in enumerate(self._blocks):
-            out[i * BLOCK : (i + 1) * BLOCK] = block.scores(q_u8, float(q_inv[0]))
-        sealed = len(self._blocks) * BLOCK
+        for block in self._blocks:
+            out[block.start : block.stop] = block.scores(q_u8, float(q_inv[0]))
+        sealed = self._sealed()
         out[sealed:] = self._vectors[sealed : self.size] @ query
         return out
