@@ -64,7 +64,7 @@ ROS2_STAMP := $(VENV)/ros2/.prepared-$(shell cat package.xml requirements-humble
 $(STAMP):
 	rm -f $(VENV)/.installed-*
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -e '.[tools,vlm,text,dev,openvino,triton]'
+	$(PY) -m pip install -q -e '.[tools,vlm,text,dev,openvino,triton,memory]'
 	$(PY) -m pip install -q --no-deps 'open_clip_torch==$(OPEN_CLIP_VERSION)'
 	touch $@
 

@@ -1,10 +1,13 @@
 """ros2 launch openclaw_vision vision.launch.py image_topic:=/camera/image_raw [enable_vlm:=true] [enable_labels:=true]
+[enable_memory:=true]
 
 Starts the encoder node with a parameters file (`config`, default config/encoder.yaml); with
 enable_vlm:=true, the VLM node with `vlm_config` (default config/vlm.yaml); with
 enable_labels:=true, the labels node with `labels_config` (default config/labels.yaml): zero-shot
-labels on /visual_labels. The other arguments override the file's key of the same name, but only
-when given on the command line: left unset, the file decides (see
+labels on /visual_labels; with enable_memory:=true, the memory node with `memory_config` (default
+config/memory.yaml): /visual_features rows into visual memory (`store`). The other arguments
+override the file's key of the same name, but only when given on the command line: left unset,
+the file decides (see
 openclaw_vision/ros/launch_args.py for why this matters with launch_ros). `model` also goes to
 the labels node, so that its text tower is of the encoder's weights.
 
@@ -23,9 +26,11 @@ from launch import LaunchDescription
 from openclaw_vision.ros.launch_args import (
     ENCODER_ARGUMENTS,
     LABELS_ARGUMENTS,
+    MEMORY_ARGUMENTS,
     UNSET,
     VLM_ARGUMENTS,
     argument_description,
+    memory_overrides,
     node_overrides,
 )
 
@@ -60,6 +65,8 @@ def _nodes(context) -> list:
         nodes.append(_node("vlm_node", given["vlm_config"], vlm_params))
     if _enabled(context, "enable_labels"):
         nodes.append(_node("labels_node", given["labels_config"], labels_params))
+    if _enabled(context, "enable_memory"):
+        nodes.append(_node("memory_node", given["memory_config"], memory_overrides(given)))
     return nodes
 
 
@@ -72,9 +79,13 @@ def generate_launch_description() -> LaunchDescription:
             "labels_config", default_value=_share("labels.yaml"), description="labels node parameters file"
         ),
         DeclareLaunchArgument("enable_labels", default_value="false", description="also start the labels node"),
+        DeclareLaunchArgument(
+            "memory_config", default_value=_share("memory.yaml"), description="memory node parameters file"
+        ),
+        DeclareLaunchArgument("enable_memory", default_value="false", description="also start the memory node"),
     ]
     declared += [
         DeclareLaunchArgument(name, default_value=UNSET, description=argument_description(name))
-        for name in (*ENCODER_ARGUMENTS, *VLM_ARGUMENTS, *LABELS_ARGUMENTS)
+        for name in (*ENCODER_ARGUMENTS, *VLM_ARGUMENTS, *LABELS_ARGUMENTS, *MEMORY_ARGUMENTS)
     ]
     return LaunchDescription([*declared, OpaqueFunction(function=_nodes)])

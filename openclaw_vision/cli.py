@@ -1,4 +1,4 @@
-"""`openclaw-vision`: one command for the tools (export, bag, encoder, replay, demo, text, label)."""
+"""`openclaw-vision`: one command for the tools (export, bag, encoder, replay, demo, text, label, index, search)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("build:EXPORT", "build a CLIP vision tower and export it to ONNX (checked vs PyTorch)"),
     "text": ("tools.label:TEXT", "unit-length CLIP text embeddings of strings, one JSON line each"),
     "label": ("tools.label:LABEL", "zero-shot label scores for every frame of a bag, one JSON line each"),
+    "index": ("tools.memory:INDEX", "store the frames of a bag (images, encoded; or VisualFeatures) in visual memory"),
+    "search": ("tools.memory:SEARCH", "the frames in visual memory nearest a text, one line each; a contact sheet"),
     "bench-labels": ("ros.labels_bench:COMMAND", "the labels node's latency per frame over DDS, by label-set size"),
     "tokenizer fetch": ("text.merges:COMMAND",
                         "take CLIP's BPE merges file from the open_clip_torch wheel (pip, --no-deps)"),
@@ -26,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "encoder": ("ros.encoder_node:main", "run the encoder node (flags: see `openclaw-vision encoder --help`)"),
     "vlm": ("ros.vlm_node:main", "run the VLM node (flags: see `openclaw-vision vlm --help`)"),
     "labels": ("ros.labels_node:main", "run the labels node (flags: see `openclaw-vision labels --help`)"),
+    "memory": ("ros.memory_node:main", "run the memory node: /visual_features into visual memory (flags: --help)"),
     "ask": ("tools.ask:COMMAND", "encoder + VLM in one process: answer a question about one frame of a bag"),
     "replay": ("tools.bag:REPLAY", "play a bag into a running encoder node and record /visual_features"),
     "bench": ("bench.run:COMMAND", "latency P50/P95/P99 per stage, side by side with the usual baselines"),

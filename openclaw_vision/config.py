@@ -335,6 +335,33 @@ class LabelsConfig(NodeConfig):
         return self
 
 
+@dataclass(frozen=True)
+class MemoryConfig(NodeConfig):
+    """The memory node: /visual_features rows into a visual-memory store, in batches, with retention."""
+
+    # The descriptions are the comments of config/memory.yaml, word for word (test_packaging checks).
+    features_topic: str = param("/visual_features", "VisualFeatures topic (the encoder's output)")
+    store: str = param("", "store folder or http://HOST:PORT of a Chroma server; empty: memory/ in the data home")
+    source: str = param("live", "the rows' source name (part of each row's id, as a bag's path is for `index`)")
+    batch_rows: int = param(240, "rows written per store call (one second of 8 cameras at 30 fps)", minimum=1)
+    flush_period: float = param(1.0, "seconds a row waits at most before it is written", **PERIOD)
+    queue_rows: int = param(20000, "rows waiting to be written at most; beyond, new rows are dropped", minimum=1)
+    max_rows: int = param(0, "retention: keep at most this many rows (oldest deleted first); 0: no limit", minimum=0)
+    max_age: float = param(0.0, "retention: delete rows older than this many seconds; 0: keep all", minimum=0.0)
+    diagnostics_period: float = param(1.0, "seconds between /diagnostics messages", **PERIOD)
+    transport: str = param("auto", "auto: rclpy if ROS 2 is sourced, else cyclonedds", choices=TRANSPORTS)
+
+    def validate(self) -> MemoryConfig:
+        if not self.features_topic or " " in self.features_topic:
+            raise self._bad("features_topic", "must be a non-empty ROS topic name")
+        if not self.source or "|" in self.source:
+            raise self._bad("source", "must be non-empty and without '|' (it is part of each row's id)")
+        if self.queue_rows < self.batch_rows:
+            raise self._bad("queue_rows", f"must be at least batch_rows ({self.batch_rows})")
+        self._check_params()
+        return self
+
+
 def node_key_matches(key: str, fqn: str) -> bool:
     """Whether a parameters file's node key ('encoder_node', '/**', '/robot/*/encoder_node') names
     the node `fqn` ('/encoder_node'). rclpy's rule (Humble rclpy/src/rclpy/node.cpp,
@@ -400,6 +427,7 @@ __all__ = [
     "ConfigError",
     "EncoderConfig",
     "LabelsConfig",
+    "MemoryConfig",
     "Param",
     "VlmConfig",
     "add_arguments",

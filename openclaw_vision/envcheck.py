@@ -22,6 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 NUMPY_PIN = "numpy>=1.21.6,<2"
+#: the memory node's store engine (setup.cfg's memory extra)
+MEMORY_PIN = "chromadb>=1.5,<2"
 #: the venv the README makes; the message names it so the fix can be pasted as it is
 VENV = "~/.venvs/openclaw_vision"
 REQUIREMENTS = "requirements-humble.txt"  # installed to share/openclaw_vision/ by CMakeLists.txt
@@ -31,6 +33,7 @@ NEEDS = {
     "encoder_node": ("numpy", "cv2", "onnxruntime"),
     "vlm_node": ("numpy", "tokenizers"),
     "labels_node": ("numpy", "onnxruntime", "ftfy", "regex"),
+    "memory_node": ("numpy", "chromadb"),
     "openclaw-vision": ("numpy", "cv2"),
 }
 
@@ -66,6 +69,9 @@ def problems(program: str, import_module: Callable = importlib.import_module) ->
     for name, why in errors.items():
         if name == "numpy":
             out.append(f"numpy cannot be imported ({why}). Fix: sudo apt install python3-numpy")
+        elif name == "chromadb":  # the memory extra, not in requirements-humble.txt (its many dependencies)
+            out.append(f"chromadb cannot be imported for {python} ({why}). Fix: {VENV}/bin/pip install "
+                       f"'{MEMORY_PIN}' (in the venv of {REQUIREMENTS}), then `source {VENV}/bin/activate`")
         elif name == "cv2":
             out.append(f"OpenCV cannot be imported ({why}). Fix: sudo apt install python3-opencv")
         else:

@@ -59,3 +59,14 @@ def test_image_topics_argument_gives_the_encoder_a_camera_list():
     cfg = EncoderConfig.from_dict(enc).validate()
     assert cfg.image_topics == ("/front/image_raw", "/rear/image_raw/compressed")
     assert cfg.image_topic == EncoderConfig().image_topic  # the one-camera key is left to the file
+
+
+def test_memory_arguments_go_to_the_memory_node_only_when_set():
+    from openclaw_vision.config import MemoryConfig
+    from openclaw_vision.ros.launch_args import MEMORY_ARGUMENTS, MEMORY_SHARED, memory_overrides
+
+    assert set(MEMORY_ARGUMENTS) | set(MEMORY_SHARED) <= set(MemoryConfig.params())
+    assert memory_overrides({"store": UNSET, "features_topic": UNSET}) == {}
+    # a server URL stays text (YAML would read "10:50" as a base-60 int)
+    assert memory_overrides({"store": "http://10.0.0.5:8000", "features_topic": "/f"}) == {
+        "store": "http://10.0.0.5:8000", "features_topic": "/f"}

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from openclaw_vision.config import EncoderConfig, LabelsConfig, VlmConfig
+from openclaw_vision.config import EncoderConfig, LabelsConfig, MemoryConfig, VlmConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -150,16 +150,17 @@ def test_launch_file_declares_each_override_unset_and_starts_the_installed_execu
     text = (ROOT / "launch" / "vision.launch.py").read_text()
     tree = ast.parse(text)
     assert "DeclareLaunchArgument(name, default_value=UNSET" in text and UNSET == ""
-    assert "for name in (*ENCODER_ARGUMENTS, *VLM_ARGUMENTS, *LABELS_ARGUMENTS)" in text
+    assert "for name in (*ENCODER_ARGUMENTS, *VLM_ARGUMENTS, *LABELS_ARGUMENTS, *MEMORY_ARGUMENTS)" in text
     assert ENCODER_ARGUMENTS and VLM_ARGUMENTS and LABELS_ARGUMENTS
     executables = {node.args[0].value for node in ast.walk(tree) if isinstance(node, ast.Call)
                    and getattr(node.func, "id", "") == "_node"}  # fmt: skip
-    assert executables == {"encoder_node", "vlm_node", "labels_node"}
+    assert executables == {"encoder_node", "vlm_node", "labels_node", "memory_node"}
     cmake = (ROOT / "CMakeLists.txt").read_text()
     for exe in executables:  # installed where launch_ros looks: lib/<package>/<executable>
         assert (ROOT / "scripts" / exe).is_file() and f"scripts/{exe}" in cmake
     assert 'DeclareLaunchArgument("enable_vlm", default_value="false"' in text
     assert 'DeclareLaunchArgument("enable_labels", default_value="false"' in text
+    assert 'DeclareLaunchArgument("enable_memory", default_value="false"' in text
 
 
 def test_shipped_config_files_hold_the_node_defaults():
@@ -168,10 +169,13 @@ def test_shipped_config_files_hold_the_node_defaults():
     assert read_params_file(ROOT / "config" / "encoder.yaml", "encoder_node") == EncoderConfig().as_dict()
     assert read_params_file(ROOT / "config" / "vlm.yaml", "vlm_node") == VlmConfig().as_dict()
     assert read_params_file(ROOT / "config" / "labels.yaml", "labels_node") == LabelsConfig().as_dict()
+    assert read_params_file(ROOT / "config" / "memory.yaml", "memory_node") == MemoryConfig().as_dict()
 
 
 @pytest.mark.parametrize(
-    ("name", "cls"), [("encoder.yaml", EncoderConfig), ("vlm.yaml", VlmConfig), ("labels.yaml", LabelsConfig)]
+    ("name", "cls"),
+    [("encoder.yaml", EncoderConfig), ("vlm.yaml", VlmConfig), ("labels.yaml", LabelsConfig),
+     ("memory.yaml", MemoryConfig)],
 )
 def test_each_yaml_comment_is_the_parameters_description(name, cls):
     """One source: config.Param's description is the YAML comment and the ROS descriptor's text."""

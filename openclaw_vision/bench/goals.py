@@ -23,6 +23,10 @@ GOALS: dict[str, float] = {
     "cameras_fps_ratio": 1.3,  # one multi-camera node's frames/s over N single-camera nodes'
     "cameras_rss_ratio": 1.3,  # the multi-camera node's RSS over one single-camera node's
     "cameras_min_share": 0.8,  # slowest camera's rate over the mean per-camera rate
+    # memory mode, judged at bench/memory.GOAL_ROWS rows of 512-d
+    "memory_query_p99_ms": 20.0,  # the store's query path
+    "memory_recall_at_10": 0.95,  # its top-10 against exact NumPy top-k
+    "memory_insert_ratio": 10.0,  # rows/s over 8 cameras x 30 fps
     # vlm mode, the GGUF rows
     "gguf_q4_answer_ratio": 1 / 3,  # Q4_0 answer latency over ours in FP32
     "gguf_pipeline_vs_alone": 0.9,  # the VLM pipeline's decode over llama.cpp alone on the same file

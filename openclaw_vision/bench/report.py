@@ -87,6 +87,7 @@ def goals(result: dict) -> list[dict]:
     out += _int8_goals(result)
     out += result.get("vlm_gguf_goals", [])  # measured and judged by bench/vlm.py run_gguf
     out += result.get("cameras", {}).get("goals", [])
+    out += result.get("memory", {}).get("goals", [])
     node = result.get("node")
     if node and node.get("e2e_p99_over_compute_p99") is not None:
         r = node["e2e_p99_over_compute_p99"]
@@ -221,6 +222,10 @@ def markdown(result: dict) -> str:
         from .cameras import markdown as cameras_markdown
 
         lines += cameras_markdown(result["cameras"])
+    if result.get("memory"):
+        from .memory import markdown as memory_markdown
+
+        lines += memory_markdown(result["memory"])
     if result.get("goals"):
         lines += ["", "| goal | measured | met |", "|---|---|---|"]
         for g in result["goals"]:

@@ -12,7 +12,8 @@ from ..models.configs import DEFAULT_MODEL, canonical_name
 from . import report
 from .harness import host_info, versions
 
-MODES = ("stages", "node", "roofline", "all", "vlm", "cameras", "triton")  # "all" = the encoder modes; the others alone
+#: "all" = the encoder modes; the others alone
+MODES = ("stages", "node", "roofline", "all", "vlm", "cameras", "triton", "memory")
 
 
 def run_bench(args: argparse.Namespace) -> dict:
@@ -78,6 +79,13 @@ def run_bench(args: argparse.Namespace) -> dict:
         result["triton"] = tr["triton"]
         result["model"], result["precision"] = tr["triton"]["model"], "fp32"
         result["backend"] = "onnxruntime, locally and inside the Triton server"
+    if "memory" in modes:
+        from .memory import run_memory
+
+        mem = run_memory(args.quick, args.memory_rows)
+        result["variants"] += mem["variants"]
+        result["memory"] = mem["memory"]
+        result["model"], result["precision"], result["backend"] = "none (512-d vectors)", "float32", "chromadb + numpy"
     if "vlm" in modes:
         from .vlm import run_vlm
 
@@ -115,6 +123,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seconds", type=float, default=10.0, help="cameras mode: measured seconds per trial")
     p.add_argument("--warmup", type=float, default=2.0, help="cameras mode: seconds played before measuring")
     p.add_argument("--backend", default="auto", help="cameras mode: the nodes' backend")
+    p.add_argument("--memory-rows", type=lambda s: tuple(int(n) for n in s.split(",")), default=None,
+                   help="memory mode: row counts (default 10000,100000,1000000; --quick: 10000)")  # fmt: skip
     p.add_argument("--out", type=Path, default=Path("out/bench"), help="folder for bench.json, bench.md and plots")
     p.add_argument("--json", type=Path, default=None, help="also write the JSON here")
 

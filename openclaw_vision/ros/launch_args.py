@@ -43,14 +43,19 @@ LABELS_ARGUMENTS = {
     "labels": "comma-separated label set of the labels node",
     "labels_topic": "openclaw_vision/VisualLabels topic",
 }
+MEMORY_ARGUMENTS = {
+    "store": "memory node: store folder or http://HOST:PORT of a Chroma server",
+}
 #: arguments that also set a parameter of another node: the VLM and labels nodes read what the
 #: encoder writes, the VLM takes features of the encoder model's width (its output_dim), and the labels
-#: node's text tower must be of the encoder's model and projection (its ids must match)
+#: node's text tower must be of the encoder's model and projection (its ids must match); the memory node
+#: stores what the encoder publishes
 VLM_SHARED = ("features_topic", "model", "output_dim")
 LABELS_SHARED = ("features_topic", "model", "output_dim")
+MEMORY_SHARED = ("features_topic",)
 #: arguments taken as text whatever they look like ("yes" or "1" is a label, not a bool or an int; YAML 1.1
 #: reads a HOST:PORT such as "10:50" as the base-60 int 650)
-TEXT_ARGUMENTS = ("labels", "triton_url")
+TEXT_ARGUMENTS = ("labels", "triton_url", "store")
 
 
 def user_overrides(values: Mapping[str, str], names) -> dict[str, Any]:
@@ -70,7 +75,12 @@ def node_overrides(values: Mapping[str, str]) -> tuple[dict[str, Any], dict[str,
     return encoder, vlm, labels
 
 
+def memory_overrides(values: Mapping[str, str]) -> dict[str, Any]:
+    """The memory node's parameters that the launch arguments `values` override."""
+    return user_overrides(values, (*MEMORY_ARGUMENTS, *MEMORY_SHARED))
+
+
 def argument_description(name: str) -> str:
     """What `ros2 launch ... --show-args` says about an overriding argument."""
-    what = {**ENCODER_ARGUMENTS, **VLM_ARGUMENTS, **LABELS_ARGUMENTS}[name]
+    what = {**ENCODER_ARGUMENTS, **VLM_ARGUMENTS, **LABELS_ARGUMENTS, **MEMORY_ARGUMENTS}[name]
     return f"{what}; unset: the parameters file's value"

@@ -63,6 +63,29 @@ def load_text_encoder(args: argparse.Namespace):
         raise ToolError(str(err)) from err
 
 
+def add_image_model_arguments(p: argparse.ArgumentParser) -> None:
+    """The image tower's flags (beside add_text_model_arguments' --model, --threads)."""
+    p.add_argument("--model-path", type=Path, default=None, help="an image encoder ONNX file instead of --model's")
+    p.add_argument("--precision", choices=PRECISIONS, default="int8", help="image tower built for --model")
+
+
+def load_image_encoder(args: argparse.Namespace):
+    """The image encoder of --model-path, else --model's build at --precision (built if missing)."""
+    from ..build import BuildError, ensure_fp32, ensure_int8
+    from ..encoders import create_encoder
+    from ..models.configs import canonical_name
+
+    try:
+        if args.model_path:
+            image_path = args.model_path
+        else:
+            build = ensure_int8 if args.precision == "int8" else ensure_fp32
+            image_path = build(canonical_name(args.model))
+        return create_encoder("auto", image_path, args.threads)
+    except (EncoderError, BuildError, KeyError) as err:
+        raise ToolError(str(err)) from err
+
+
 def text_embeddings(args: argparse.Namespace) -> Iterator[dict]:
     """One dict per string: the text, the model id and the unit-length embedding."""
     encoder = load_text_encoder(args)
@@ -97,24 +120,15 @@ def label_set_from(args: argparse.Namespace, encoder) -> LabelSet:
 
 def label_bag(args: argparse.Namespace) -> Iterator[dict]:
     """Per frame: frame index, stamp, top label and the scores; a last item with `summary` (timings)."""
-    from ..build import BuildError, ensure_fp32, ensure_int8
-    from ..encoders import create_encoder
     from ..pipeline import FramePipeline
     from ..stats import StageTimes
 
     text = load_text_encoder(args)
     labels = label_set_from(args, text)
-    from ..models.configs import canonical_name
-
+    image = load_image_encoder(args)
     try:
-        if args.model_path:
-            image_path = args.model_path
-        else:
-            build = ensure_int8 if args.precision == "int8" else ensure_fp32
-            image_path = build(canonical_name(args.model))
-        image = create_encoder("auto", image_path, args.threads)
         check_same_model(image.model_id, labels.model_id)
-    except (EncoderError, BuildError, ModelMismatch, KeyError) as err:
+    except ModelMismatch as err:
         raise ToolError(str(err)) from err
     pipeline = FramePipeline(image)
     times = StageTimes(("preprocess", "encode", "score"))
@@ -197,8 +211,7 @@ def add_label_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--labels", default=None, help="comma-separated labels, e.g. 'door,forklift,person'")
     p.add_argument("--labels-file", type=Path, default=None, help="one label per line ('#' comments)")
     p.add_argument("--template", default=DEFAULT_TEMPLATE, help="prompt per label ('{}' = the label alone)")
-    p.add_argument("--model-path", type=Path, default=None, help="an image encoder ONNX file instead of --model's")
-    p.add_argument("--precision", choices=PRECISIONS, default="int8", help="image tower built for --model")
+    add_image_model_arguments(p)
     p.add_argument("--limit", type=int, default=0, help="label at most this many frames (0: all)")
     p.add_argument("--json", type=Path, default=None, help="write the summary (timings) here too")
     add_text_model_arguments(p)

@@ -1,0 +1,57 @@
+"""The server engine on this machine: `chroma run` (the chromadb package's own server) on loopback.
+
+On a fleet the server runs wherever the fleet keeps it (`chroma run --path DIR --host 0.0.0.0 --port 8000`,
+or Chroma's container image) and robots pass `--store http://HOST:8000`. Here it is started as a child
+(children.Child: its own process group, stopped in `finally`) for the suite and the bench.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import sys
+import time
+from pathlib import Path
+
+from ..children import Child
+from .store import StoreError
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the kernel's choice)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def chroma_program() -> str:
+    """The `chroma` console script of this interpreter's environment (beside python), else on PATH."""
+    here = Path(sys.executable).parent / "chroma"
+    found = str(here) if here.exists() else shutil.which("chroma")
+    if not found:
+        raise StoreError("no `chroma` program: install the memory extra (pip install 'openclaw_vision[memory]')")
+    return found
+
+
+def start_server(folder: Path, port: int | None = None, log_path: Path | None = None,
+                 timeout: float = 30.0) -> tuple[Child, str]:  # fmt: skip
+    """`chroma run` on 127.0.0.1 keeping its rows in `folder`; returns the child and its URL once it answers."""
+    import urllib.request
+
+    port = port or free_port()
+    child = Child([chroma_program(), "run", "--path", str(folder), "--host", "127.0.0.1", "--port", str(port)],
+                  log_path=log_path, env={"ANONYMIZED_TELEMETRY": "False", "NO_COLOR": "1",
+                                          "PATH": os.environ.get("PATH", "")})  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not child.alive():
+            raise StoreError(f"chroma server exited at start ({child.how}): {child.log_text()[-500:]}")
+        try:
+            with urllib.request.urlopen(f"{url}/api/v2/heartbeat", timeout=1):
+                return child, url
+        except OSError:
+            time.sleep(0.2)
+    child.stop()
+    raise StoreError(f"chroma server on {url} did not answer within {timeout:.0f} s")

@@ -1,0 +1,201 @@
+"""The memory node: /visual_features in, rows of visual memory out (memory/store.py), written in batches.
+
+Threads and data flow, one direction:
+
+    transport thread (features):  check the vector (finite, not all 0) → append to the pending queue
+                                  (a short lock, never a store call: the subscription never waits on disk)
+    writer thread:                every `flush_period` or `batch_rows` rows: take the queue → one Rows
+                                  per model → VisualMemory.add → retention (max_rows, max_age)
+    diagnostics:                  counters on /diagnostics
+
+Every features message is counted once as received, and then as written, skipped (that row is in the
+store already), dropped (the queue was full: the store is slower than the cameras), rejected (not a
+usable vector), refused (another model's or width's than the store's: not comparable; or the store
+refused the write, e.g. a full disk: logged with the reason) or, on a stop, left pending. The node keeps
+running through all of them. A store that cannot be opened (corrupt, locked, no server) stops the node
+at start with the reason; nothing is written over it.
+
+Killing the node loses at most the rows not yet written: one batch (`batch_rows`, or `flush_period`
+seconds of rows). A query service (srv/QueryMemory) is not part of this node yet: `openclaw-vision search
+--store` reads the same store (a server store while the node runs; the embedded folder after it stops,
+as the folder has one writer at a time).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+from typing import Any
+
+import numpy as np
+
+from .. import config as cfgmod
+from ..errors import OpenclawError
+from ..stats import Counters
+from .diagnostics import OK, WARN, diagnostic_array
+from .runner import every, node_main
+from .subscription import Throttle
+from .types import DEFAULT, DIAGNOSTIC_ARRAY, VISUAL_FEATURES, QoS, Transport
+
+log = logging.getLogger("memory_node")
+
+NODE_NAME = "memory_node"
+STATUS_NAME = f"{NODE_NAME}: memory"
+COUNTS = ("received", "written", "skipped", "dropped", "rejected", "refused", "flushes", "retained_deleted")
+
+
+class MemoryNode:
+    def __init__(self, cfg: cfgmod.MemoryConfig, transport: Transport, memory) -> None:
+        self.cfg, self.transport, self.memory = cfg, transport, memory
+        self.counters = Counters(COUNTS)
+        self._pending: list[tuple[str, int, str, str, np.ndarray]] = []
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._warn = Throttle()
+        self._last_refusal = ""
+        self._diag = transport.publisher("/diagnostics", DIAGNOSTIC_ARRAY, QoS("reliable", 1))
+        self._subs = [transport.subscribe(cfg.features_topic, VISUAL_FEATURES, DEFAULT, self._on_features)]
+        self._writer = threading.Thread(target=self._write_loop, name="memory-writer", daemon=True)
+        self._thread = threading.Thread(target=self._report, name="diagnostics", daemon=True)
+
+    # transport thread ---------------------------------------------------------------------
+    def _on_features(self, msg: Any, _deserialize_s: float) -> None:
+        from ..preprocess.frame import stamp_to_ns
+
+        self.counters.inc("received")
+        vec = np.asarray(msg.embedding, dtype=np.float32)
+        if vec.ndim != 1 or not vec.size or not np.isfinite(vec).all() or not np.any(vec):
+            self.counters.inc("rejected")
+            self._warn(log.warning, "rejected features: %d values, not a finite non-zero vector", vec.size)
+            return
+        row = (str(msg.model_id), stamp_to_ns(msg.header.stamp), str(msg.header.frame_id), self.cfg.features_topic,
+               vec)  # fmt: skip
+        with self._lock:
+            if len(self._pending) >= self.cfg.queue_rows:
+                full = True
+            else:
+                full = False
+                self._pending.append(row)
+                n = len(self._pending)
+        if full:
+            self.counters.inc("dropped")
+            self._warn(log.warning, "dropped a row: %d rows wait to be written (queue_rows)", self.cfg.queue_rows)
+        elif n >= self.cfg.batch_rows:
+            self._wake.set()
+
+    # writer thread ------------------------------------------------------------------------
+    def _write_loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.cfg.flush_period)
+            self._wake.clear()
+            self.flush()
+
+    def flush(self) -> None:
+        """Write what is pending: one Rows per model (another model's rows are refused alone)."""
+        from ..memory.store import Rows, StoreError
+
+        with self._lock:
+            pending, self._pending = self._pending, []
+        if not pending:
+            return
+        by_model: dict[str, list] = {}
+        for row in pending:
+            by_model.setdefault(row[0], []).append(row)
+        for model, rows in by_model.items():
+            dims = {len(r[4]) for r in rows}
+            for dim in sorted(dims):
+                part = [r for r in rows if len(r[4]) == dim]
+                batch = Rows(np.stack([r[4] for r in part]), [r[1] for r in part], [r[2] for r in part],
+                             [r[3] for r in part], model, self.cfg.source)  # fmt: skip
+                try:
+                    c = self.memory.add(batch)
+                except (StoreError, OSError, ValueError) as err:  # another model; a full disk; the server gone
+                    self.counters.inc("refused", len(part))
+                    self._last_refusal = str(err)
+                    self._warn(log.error, "refused %d rows: %s", len(part), err)
+                    continue
+                self.counters.inc("written", c.written)
+                self.counters.inc("skipped", c.skipped)
+        self.counters.inc("flushes")
+        if self.cfg.max_rows or self.cfg.max_age:
+            try:
+                deleted = self.memory.retain(self.cfg.max_rows, int(self.cfg.max_age * 1e9))
+            except Exception as err:  # retention failing must not stop the writes
+                self._warn(log.error, "retention failed: %r", err)
+            else:
+                self.counters.inc("retained_deleted", deleted)
+
+    # diagnostics and lifecycle ------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            pending = len(self._pending)
+        return {**self.counters.snapshot(), "pending": pending, "rows": len(self.memory),
+                "model": self.memory.model_id or "", "store": self.memory.spec,
+                "transport": self.transport.name}  # fmt: skip
+
+    def publish_diagnostics(self) -> None:
+        st = self.stats()
+        values = dict(st)
+        if st["refused"]:
+            level, text = WARN, f"rows refused: {self._last_refusal}"
+        elif st["dropped"] + st["rejected"]:
+            level, text = WARN, "rows dropped or rejected (see the counts)"
+        else:
+            level, text = OK, f"{st['rows']} rows in {st['store']}"
+        self._diag.publish(diagnostic_array(self.transport, STATUS_NAME, level, text, values))
+
+    def _report(self) -> None:
+        every(lambda: self.cfg.diagnostics_period, self._stop, self.publish_diagnostics, log)
+
+    def reconfigure(self, changes: dict[str, Any]) -> cfgmod.MemoryConfig:
+        """Run-time parameter changes (diagnostics_period, flush_period): the runner's protocol."""
+        changes = {k: v for k, v in changes.items() if k in self.cfg.params()}
+        self.cfg = self.cfg.updated(changes)
+        return self.cfg
+
+    def start(self) -> MemoryNode:
+        self._writer.start()
+        self._thread.start()
+        log.info("ready: %s -> %s (%d rows, model %s), batches of %d or every %.1f s, transport %s",
+                 self.cfg.features_topic, self.memory.spec, len(self.memory), self.memory.model_id or "not yet set",
+                 self.cfg.batch_rows, self.cfg.flush_period, self.transport.name)  # fmt: skip
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._writer.join(timeout=30)
+        self._thread.join(timeout=5)
+        try:
+            self.flush()  # the last partial batch
+            self.publish_diagnostics()
+        except Exception:
+            log.exception("final flush or diagnostics failed")
+        finally:
+            self.memory.close()
+
+
+class MemoryLoadError(OpenclawError, RuntimeError):
+    """The store could not be opened (corrupt, locked, no server)."""
+
+
+def _build(cfg: cfgmod.MemoryConfig, transport: Transport) -> MemoryNode:
+    from ..memory.store import StoreError, VisualMemory
+
+    try:
+        memory = VisualMemory(cfg.store or None)
+    except StoreError as err:
+        raise MemoryLoadError(f"cannot start the memory node: {err}") from err
+    return MemoryNode(cfg, transport, memory)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    return node_main(argv, "openclaw-vision memory", NODE_NAME, cfgmod.MemoryConfig, "memory.yaml", COUNTS,
+                     _build, (MemoryLoadError,), log)  # fmt: skip
+
+
+if __name__ == "__main__":
+    sys.exit(main())
