@@ -382,6 +382,7 @@ def test_memory_node_writes_batches_refuses_other_models_and_survives_sigkill(dd
 
         stats = tmp_path / "stats.json"
         node, feats, diag, _ = start("memory2.log", str(stats))
+
         # the same rows again: nothing added. Sent until counted: the test's writer may still be matched with
         # the killed node's reader (its lease has not run out), so the first sends can go nowhere
         def seen_all(msgs) -> bool:
