@@ -13,6 +13,9 @@ width rides in the metadata too (`embed_dim` = k, `full_embed_dim` = D, `full_mo
 Torch-free and one tensor at a time (onnx_files): a ViT-bigG-14 export is re-written with its
 weights streamed from the full-width file, never held twice. Where the matrix comes from (the fit)
 and whether it is good enough (the gate) is quant/projection.py's business.
+
+onnx is imported where a graph is read or written, not at import: config.py reads the width rule
+(`check_output_dim`) in every node, and a robot's environment has no onnx (requirements-humble.txt).
 """
 
 from __future__ import annotations
@@ -21,11 +24,9 @@ import json
 from pathlib import Path
 
 import numpy as np
-from onnx import TensorProto, helper
 
 from ..errors import OpenclawError
 from ..numerics import NORM_EPS
-from . import onnx_files
 
 #: metadata: what the projection is (fit, source width, figures), JSON
 PROJECTION_KEY = "projection"
@@ -57,13 +58,18 @@ def add_projection(
     out: Path,
     matrix: np.ndarray,
     info: dict | None = None,
-    threshold: int = onnx_files.EXTERNAL_DATA_THRESHOLD,
+    threshold: int | None = None,
 ) -> Path:
     """Write `src` (an image or text export) with its output projected by `matrix` (D, k) and L2-normalised to `out`.
 
     The output keeps its name (`image_embeds` / `text_embeds`), now (batch, k); `info` (the fit
     and its figures) goes into the metadata under PROJECTION_KEY. Staged: nothing is left at `out`
-    on failure."""
+    on failure. `threshold`: onnx_files.EXTERNAL_DATA_THRESHOLD unless given."""
+    from onnx import TensorProto, helper
+
+    from . import onnx_files
+
+    threshold = onnx_files.EXTERNAL_DATA_THRESHOLD if threshold is None else threshold
     model = onnx_files.load_graph(src)
     meta = onnx_files.metadata_of(model)
     dim = int(meta["embed_dim"])
@@ -109,6 +115,8 @@ def add_projection(
 
 def projection_matrix(path: Path) -> np.ndarray | None:
     """The (D, k) matrix in a projected export, or None for a full-width one (for tests and tools)."""
+    from . import onnx_files
+
     model = onnx_files.load_graph(path)
     reader = onnx_files.TensorReader(model, Path(path).parent)
     return reader.array("projection.weight") if "projection.weight" in reader else None

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from support.humble import PACKAGE, ROOT, exit_status
 
-from openclaw_vision.ros.launch_args import ENCODER_ARGUMENTS, LABELS_ARGUMENTS, VLM_ARGUMENTS
+from openclaw_vision.ros.launch_args import ENCODER_ARGUMENTS, LABELS_ARGUMENTS, MEMORY_ARGUMENTS, VLM_ARGUMENTS
 
 LAUNCH = ("ros2", "launch", PACKAGE, "vision.launch.py")
 PROBE = str(Path(__file__).resolve().parents[1] / "support" / "rclpy_probe.py")
@@ -57,8 +57,8 @@ def param(ros2, node: str, key: str) -> str:
 def test_show_args_lists_every_argument(ros2):
     out = ros2.run(*LAUNCH, "--show-args", timeout=60).stdout
     names = re.findall(r"^\s+'(\w+)':", out, flags=re.M)
-    want = {"config", "vlm_config", "labels_config", "enable_vlm", "enable_labels",
-            *ENCODER_ARGUMENTS, *VLM_ARGUMENTS, *LABELS_ARGUMENTS}  # fmt: skip
+    want = {"config", "vlm_config", "labels_config", "memory_config", "enable_vlm", "enable_labels", "enable_memory",
+            *ENCODER_ARGUMENTS, *VLM_ARGUMENTS, *LABELS_ARGUMENTS, *MEMORY_ARGUMENTS}  # fmt: skip
     assert set(names) == want, out
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from support.humble import PACKAGE, ROOT
 
 MESSAGES = sorted(p.stem for p in (ROOT / "msg").glob("*.msg"))
-EXECUTABLES = ("encoder_node", "labels_node", "openclaw-vision", "vlm_node")
+EXECUTABLES = ("encoder_node", "labels_node", "memory_node", "openclaw-vision", "vlm_node")
 
 
 def test_messages_and_preprocess_import_in_the_robot_venv(ros2):
