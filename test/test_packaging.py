@@ -113,13 +113,14 @@ def test_our_python_package_leaves_room_for_what_rosidl_generates_into_it():
     assert not re.search(r"^\s*(import|from) ", text, re.M), "our __init__.py is imported by every msg import"
 
 
-def test_cmakelists_generates_every_msg_and_installs_executables_launch_config_msg():
+def test_cmakelists_generates_every_msg_and_srv_and_installs_executables_launch_config_msg_srv():
     gen = CMAKE[CMAKE.index("set(msg_files") : CMAKE.index("rosidl_generate_interfaces(")]
-    listed = re.findall(r'"msg/([A-Za-z0-9]+\.msg)"', gen)
-    assert listed == sorted(listed) and set(listed) == {m.name for m in (ROOT / "msg").glob("*.msg")}
-    assert "${msg_files}" in _calls("rosidl_generate_interfaces")[0]
+    for kind in ("msg", "srv"):
+        listed = re.findall(rf'"{kind}/([A-Za-z0-9]+\.{kind})"', gen)
+        assert listed == sorted(listed) and set(listed) == {m.name for m in (ROOT / kind).glob(f"*.{kind}")}
+        assert listed and f"${{{kind}_files}}" in _calls("rosidl_generate_interfaces")[0].split()
     install = [c.split() for c in _calls("install")]
-    assert ["DIRECTORY", "launch", "config", "msg", "DESTINATION", "share/${PROJECT_NAME}"] in install
+    assert ["DIRECTORY", "launch", "config", "msg", "srv", "DESTINATION", "share/${PROJECT_NAME}"] in install
     assert ["FILES", "requirements-humble.txt", "DESTINATION", "share/${PROJECT_NAME}"] in install
     programs = next(c for c in install if c[0] == "PROGRAMS")
     for script in ("encoder_node", "vlm_node", "openclaw-vision"):
@@ -129,7 +130,7 @@ def test_cmakelists_generates_every_msg_and_installs_executables_launch_config_m
 
 
 
-def test_setup_py_installs_every_launch_config_and_msg_file(monkeypatch):
+def test_setup_py_installs_every_launch_config_msg_and_srv_file(monkeypatch):
     import setuptools
 
     captured = {}
@@ -138,7 +139,7 @@ def test_setup_py_installs_every_launch_config_and_msg_file(monkeypatch):
     code = compile((ROOT / "setup.py").read_text(), "setup.py", "exec")
     exec(code, {"__file__": str(ROOT / "setup.py"), "__name__": "__main__"})
     installed = {f for _dest, files in captured["data_files"] for f in files}
-    for folder in ("launch", "config", "msg"):
+    for folder in ("launch", "config", "msg", "srv"):
         for f in (ROOT / folder).iterdir():
             assert f"{folder}/{f.name}" in installed, f
     assert "resource/openclaw_vision" in installed
