@@ -69,7 +69,8 @@ def test_the_pinned_humble_requirements_keep_numpy_1():
         if line.strip() and not line.startswith("#"):
             name, _, version = line.partition("==")
             pins[name.strip()] = tuple(int(x) for x in version.split("."))
-    assert set(pins) == {"numpy", "onnxruntime", "tokenizers", "ftfy"}  # ftfy: the labels node's CLIP tokenizer
+    # ftfy: the labels node's CLIP tokenizer; chromadb: the memory node's store
+    assert set(pins) == {"numpy", "onnxruntime", "tokenizers", "ftfy", "chromadb"}
     assert (1, 21, 6) <= pins["numpy"] < (2,)
     assert pins["onnxruntime"] >= (1, 16)
 
