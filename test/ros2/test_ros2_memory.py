@@ -63,10 +63,14 @@ def test_an_rclpy_client_queries_the_rclpy_memory_node(ros2, node_params, tiny_t
     assert "transport: rclpy" in proc.output()
     try:
         check(plan, _run_client(ros2, plan, tmp_path, ros2.environ()))
+        # the README's line: `ros2 service call` with a text query
+        called = ros2.run("ros2", "service", "call", "/query_memory", "openclaw_vision/srv/QueryMemory",
+                          "{text: 'a forklift', top_k: 1}", timeout=60).stdout  # fmt: skip
+        assert "ok=True" in called and str(plan["stamps_ns"][4]) in called, called
     finally:
         assert proc.stop(timeout=10) == 0, proc.output()[-3000:]
     st = json.loads(stats.read_text())
-    assert st["written"] == N and st["queries_refused"] == 1 and st["transport"] == "rclpy", st
+    assert st["written"] == N and st["queries_refused"] == 1 and st["queries"] >= 5 and st["transport"] == "rclpy", st
 
 
 def test_an_rclpy_client_queries_the_pip_path_memory_node(ros2, tiny_text_model, plan, tmp_path):

@@ -237,7 +237,7 @@ def session_members(sid: int) -> list[int]:
 #: NodeStrategy calls spawn_daemon, which daemonizes into a session of its own, outliving the test)
 DAEMON_VERBS = ("param", "topic", "node", "service", "action")
 #: of those, the ones that make a node of their own and take no --no-daemon
-DIRECT_ONLY = (("topic", "pub"), ("topic", "hz"))
+DIRECT_ONLY = (("topic", "pub"), ("topic", "hz"), ("service", "call"))
 
 
 def no_daemon(cmd: tuple[str, ...]) -> list[str]:
