@@ -81,8 +81,28 @@ def test_an_rclpy_client_queries_the_pip_path_memory_node(ros2, tiny_text_model,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
     try:
         out = _run_client(ros2, plan, tmp_path, ros2.environ())
+        called = ros2.run("python3", "-c", OUR_RCLPY_CLIENT, timeout=60).stdout  # the transport seam's client
     finally:
         node.send_signal(2)
         log = node.communicate(timeout=30)[0]
     assert "transport: cyclonedds" in log, log[-2000:]
     check(plan, out)
+    assert f"got True [{plan['stamps_ns'][4]}]" in called, called
+
+
+#: the rclpy transport's own client (what tools and tests use), in the robot venv against the pip-path node
+OUR_RCLPY_CLIENT = """
+import time
+from openclaw_vision.ros.rclpy_transport import RclpyTransport
+from openclaw_vision.ros.types import QUERY_MEMORY, REQUEST
+t = RclpyTransport("our_rclpy_client", [])
+try:
+    c = t.client("/query_memory", QUERY_MEMORY)
+    end = time.monotonic() + 30
+    while not c.ready() and time.monotonic() < end:
+        time.sleep(0.05)
+    r = c.call(t.msg(QUERY_MEMORY + REQUEST)(text="a forklift", top_k=1), 10)
+    print("got", r.ok, list(r.stamps_ns), flush=True)
+finally:
+    t.close()
+"""
