@@ -498,8 +498,9 @@ def test_memory_node_answers_vector_and_text_queries_and_refuses_bad_ones(dds_do
         t.close()
 
 
-def test_memory_node_refuses_a_text_tower_of_another_model_and_text_queries_without_one(dds_domain,
-                                                                                       tiny_text_model, tmp_path):
+def test_memory_node_refuses_a_text_tower_of_another_model_and_text_queries_without_one(
+    dds_domain, tiny_text_model, tmp_path
+):
     from openclaw_vision import children, config
     from openclaw_vision.ros.cyclone import CycloneTransport
     from openclaw_vision.ros.memory_node import MemoryNode

@@ -222,8 +222,11 @@ class MemoryNode:
         log.info("ready: %s -> %s (%d rows, model %s), batches of %d or every %.1f s, transport %s",
                  self.cfg.features_topic, self.memory.spec, len(self.memory), self.memory.model_id or "not yet set",
                  self.cfg.batch_rows, self.cfg.flush_period, self.transport.name)  # fmt: skip
-        log.info("queries on %s: vectors%s", self.cfg.query_service,
-                 f" and text (tower {self.text.model_id})" if self.text is not None else " only (no text_model)")
+        log.info(
+            "queries on %s: vectors%s",
+            self.cfg.query_service,
+            f" and text (tower {self.text.model_id})" if self.text is not None else " only (no text_model)",
+        )
         return self
 
     def stop(self) -> None:
