@@ -1,4 +1,4 @@
-"""pip install path (colcon uses CMakeLists.txt). Installs launch/, config/ and msg/ under share/."""
+"""pip install path (colcon uses CMakeLists.txt). Installs launch/, config/, msg/ and srv/ under share/."""
 
 from pathlib import Path
 
@@ -19,5 +19,6 @@ setup(
         (f"share/{PACKAGE}/launch", files("launch")),
         (f"share/{PACKAGE}/config", files("config")),
         (f"share/{PACKAGE}/msg", files("msg")),
+        (f"share/{PACKAGE}/srv", files("srv")),
     ],
 )

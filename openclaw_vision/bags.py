@@ -11,6 +11,7 @@ replay, label, ask, quantize's calibration reader and the benches all go through
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -39,13 +40,32 @@ class BagError(OpenclawError, ValueError):
 
 @lru_cache(maxsize=1)
 def typestore():
-    """Humble's message types plus ours (openclaw_vision/msg/*), parsed from their .msg files."""
+    """Humble's message types plus ours (openclaw_vision/msg/*), parsed from their .msg files, and our
+    services' two halves (srv/*.srv) as `openclaw_vision/srv/NAME_Request` and `NAME_Response`, the
+    names rosidl gives them (their DDS types: `openclaw_vision::srv::dds_::NAME_Request_`)."""
     from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 
     store = get_typestore(Stores.ROS2_HUMBLE)
     for path in sorted(share_path("msg").glob("*.msg")):
         store.register(get_types_from_msg(path.read_text(), f"openclaw_vision/msg/{path.stem}"))
+    for path in sorted(share_path("srv").glob("*.srv")):
+        for half, text in zip(SERVICE_HALVES, split_srv(path.read_text()), strict=True):
+            # rosbags names every parsed type pkg/msg/NAME; the type is the same under its srv name
+            [fielddefs] = get_types_from_msg(text, f"openclaw_vision/msg/{path.stem}_{half}").values()
+            store.register({f"openclaw_vision/srv/{path.stem}_{half}": fielddefs})
     return store
+
+
+#: the two messages of a service, in the order a .srv file holds them
+SERVICE_HALVES = ("Request", "Response")
+
+
+def split_srv(text: str) -> tuple[str, str]:
+    """A .srv file's request and response definitions (rosidl: split at the one line `---`)."""
+    parts = re.split(r"^---[ \t]*$", text, flags=re.M)
+    if len(parts) != 2:
+        raise ValueError(f"a .srv file has one '---' line between request and response, found {len(parts) - 1}")
+    return parts[0], parts[1]
 
 
 @dataclass

@@ -348,12 +348,17 @@ class MemoryConfig(NodeConfig):
     queue_rows: int = param(20000, "rows waiting to be written at most; beyond, new rows are dropped", minimum=1)
     max_rows: int = param(0, "retention: keep at most this many rows (oldest deleted first); 0: no limit", minimum=0)
     max_age: float = param(0.0, "retention: delete rows older than this many seconds; 0: keep all", minimum=0.0)
+    query_service: str = param("/query_memory", "QueryMemory service name (text or vector queries)")
+    text_model: str = param("", "text tower ONNX export for text queries (the store's model); empty: vectors only")
+    bpe_path: str = param("", "CLIP's merges file for text_model; empty: the data home's, or an installed open_clip's")
     diagnostics_period: float = param(1.0, "seconds between /diagnostics messages", **PERIOD)
     transport: str = param("auto", "auto: rclpy if ROS 2 is sourced, else cyclonedds", choices=TRANSPORTS)
 
     def validate(self) -> MemoryConfig:
         if not self.features_topic or " " in self.features_topic:
             raise self._bad("features_topic", "must be a non-empty ROS topic name")
+        if not self.query_service or " " in self.query_service:
+            raise self._bad("query_service", "must be a non-empty ROS service name")
         if not self.source or "|" in self.source:
             raise self._bad("source", "must be non-empty and without '|' (it is part of each row's id)")
         if self.queue_rows < self.batch_rows:

@@ -418,3 +418,110 @@ def test_memory_node_refuses_to_start_on_a_corrupt_store(tmp_path):
     done = children.run(children.cli("memory", "--store", str(folder), "--transport", "cyclonedds"), timeout=60)
     assert done.returncode == 2 and "not an SQLite database" in done.tail()
     assert (folder / DB_FILE).read_bytes() == b"garbage" * 50
+
+
+def _query(t, text: str = "", vector=(), model_id: str = "", top_k: int = 3, since_ns: int = 0, until_ns: int = 0,
+           camera: str = ""):  # fmt: skip
+    from openclaw_vision.ros.types import QUERY_MEMORY, REQUEST
+
+    return t.msg(QUERY_MEMORY + REQUEST)(text=text, vector=t.float_array(np.asarray(vector, np.float32)),
+                                         model_id=model_id, top_k=top_k, since_ns=since_ns, until_ns=until_ns,
+                                         camera=camera)  # fmt: skip
+
+
+def test_memory_node_answers_vector_and_text_queries_and_refuses_bad_ones(dds_domain, tiny_text_model, tmp_path):
+    """QueryMemory on the pip path: the node stores published features and answers by vector (exact ranks,
+    stamps, camera, scores best first, a time window) and by text (the planted prompt first); a query of
+    another width or model, or with both text and a vector, gets ok=false naming the problem, is counted,
+    and the node answers the next one."""
+    import json
+    import time
+
+    from openclaw_vision.ros.cyclone import CycloneTransport
+    from openclaw_vision.ros.process import NodeProcess
+    from openclaw_vision.ros.types import DEFAULT, HEADER, QUERY_MEMORY, TIME, VISUAL_FEATURES
+    from openclaw_vision.text.encoder import TextEncoder
+
+    text = TextEncoder(tiny_text_model)
+    prompt = text.encode(["a forklift"])
+    n = 12
+    v = unit(np.random.default_rng(5).standard_normal((n, prompt.dim)))
+    v[5] = prompt.vectors[0]  # the frame that is "a forklift"
+    stamps = [T0 + i * 1_000_000 for i in range(n)]
+    stats = tmp_path / "stats.json"
+    node = NodeProcess(["--store", str(tmp_path / "store"), "--transport", "cyclonedds", "--flush-period", "0.2",
+                        "--batch-rows", "4", "--text-model", str(tiny_text_model), "--stats-json", str(stats)],
+                       log_path=tmp_path / "memory.log", node="memory")  # fmt: skip
+    t = CycloneTransport("test_memory_query")
+    try:
+        feats = t.publisher("/visual_features", VISUAL_FEATURES, DEFAULT)
+        cli = t.client("/query_memory", QUERY_MEMORY)
+        deadline = time.monotonic() + 60
+        while not (feats.matched() and cli.ready()):
+            assert node.alive() and time.monotonic() < deadline, node.log_text()
+            time.sleep(0.05)
+        for i in range(n):
+            header = t.msg(HEADER)(stamp=t.msg(TIME)(sec=stamps[i] // 10**9, nanosec=stamps[i] % 10**9),
+                                   frame_id=f"f{i}")  # fmt: skip
+            feats.publish(t.msg(VISUAL_FEATURES)(header=header, model_id=prompt.model_id, dim=prompt.dim,
+                                                 embedding=t.float_array(v[i])))  # fmt: skip
+        while len(cli.call(_query(t, vector=v[0], top_k=50), 10).stamps_ns) < n:  # written in batches
+            assert time.monotonic() < deadline, node.log_text()
+            time.sleep(0.1)
+
+        q = unit(v[7] + 0.3 * v[3] + 0.1 * v[9])
+        got = cli.call(_query(t, vector=q, top_k=3), 10)
+        order = list(np.argsort(-(v @ q))[:3])
+        assert got.ok and got.error == "" and got.model_id == prompt.model_id
+        assert list(got.stamps_ns) == [stamps[i] for i in order] and list(got.frame_ids) == [f"f{i}" for i in order]
+        assert list(got.cameras) == ["/visual_features"] * 3
+        assert np.allclose(list(got.scores), (v @ q)[order], atol=1e-5)
+        window = cli.call(_query(t, vector=q, top_k=3, since_ns=stamps[8], until_ns=stamps[10]), 10)
+        assert list(window.stamps_ns) == [stamps[i] for i in sorted(range(8, 11), key=lambda i: -(v[i] @ q))]
+
+        found = cli.call(_query(t, text="a forklift", top_k=2), 10)
+        assert found.ok and found.stamps_ns[0] == stamps[5] and found.scores[0] == pytest.approx(1.0, abs=1e-4)
+
+        wide = cli.call(_query(t, vector=np.ones(prompt.dim + 1)), 10)
+        assert not wide.ok and f"{prompt.dim}-d" in wide.error and f"{prompt.dim + 1}-d" in wide.error
+        other = cli.call(_query(t, vector=q, model_id="ViT-B-32@random-seed0"), 10)
+        assert not other.ok and "ViT-B-32@random-seed0" in other.error and prompt.model_id in other.error
+        both = cli.call(_query(t, text="a door", vector=q), 10)
+        assert not both.ok and "not both" in both.error and list(both.stamps_ns) == []
+        assert cli.call(_query(t, vector=q, top_k=1), 10).stamps_ns[0] == stamps[order[0]]  # still answering
+        assert node.stop() == 0, node.log_text()
+        st = json.loads(stats.read_text())
+        assert st["queries_refused"] == 3 and st["queries"] >= 8 and st["written"] == n
+        assert "query refused" in node.log_text()
+    finally:
+        node.stop()
+        t.close()
+
+
+def test_memory_node_refuses_a_text_tower_of_another_model_and_text_queries_without_one(
+    dds_domain, tiny_text_model, tmp_path
+):
+    from openclaw_vision import children, config
+    from openclaw_vision.ros.cyclone import CycloneTransport
+    from openclaw_vision.ros.memory_node import MemoryNode
+    from openclaw_vision.text.encoder import TextEncoder
+
+    store = tmp_path / "store"
+    dim = TextEncoder(tiny_text_model).embed_dim
+    with VisualMemory(store) as memory:
+        memory.add(Rows(unit(np.ones((1, dim))), [T0], ["f"], ["/visual_features"], "other@seed1", "x"))
+    done = children.run(children.cli("memory", "--store", str(store), "--transport", "cyclonedds", "--text-model",
+                                     str(tiny_text_model)), timeout=60)  # fmt: skip
+    assert done.returncode == 2 and "other@seed1" in done.tail() and "tiny" in done.tail(), done.tail()
+
+    t = CycloneTransport("test_memory_no_text")
+    with VisualMemory(store) as memory:
+        node = MemoryNode(config.MemoryConfig(store=str(store)), t, memory)  # no text_model: vectors only
+        try:
+            refused = node.on_query(_query(t, text="a forklift"))
+            assert not refused.ok and "text_model" in refused.error
+            answered = node.on_query(_query(t, vector=np.ones(dim), model_id="other@seed1"))
+            assert answered.ok and list(answered.stamps_ns) == [T0]
+            assert node.counters.snapshot()["queries_refused"] == 1
+        finally:
+            t.close()

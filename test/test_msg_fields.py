@@ -1,8 +1,9 @@
-"""Every field of msg/*.msg is a name each rosidl generator can emit: not a keyword of C, C++ or Python,
-and of the form rosidl accepts. rosidl makes each field a struct member (C), a class member (C++) and
-an attribute (Python) of that very name; `string template` in VisualLabels.msg once broke colcon build
-(`visual_labels__struct.hpp: expected unqualified-id before 'template'`). The ros2 tier builds the
-messages for real; this says which name is wrong, and runs everywhere."""
+"""Every field of msg/*.msg and srv/*.srv (request and response) is a name each rosidl generator can
+emit: not a keyword of C, C++ or Python, and of the form rosidl accepts. rosidl makes each field a
+struct member (C), a class member (C++) and an attribute (Python) of that very name; `string template`
+in VisualLabels.msg once broke colcon build (`visual_labels__struct.hpp: expected unqualified-id before
+'template'`). The ros2 tier builds the messages for real; this says which name is wrong, and runs
+everywhere."""
 
 from __future__ import annotations
 
@@ -45,21 +46,25 @@ ROSIDL_FIELD = re.compile(r"^(?!.*__)(?!.*_$)[a-z][a-z0-9_]*$")
 
 
 def fields(msg: Path) -> list[str]:
-    """The field names of a .msg file (constants, `TYPE NAME=value`, included)."""
+    """The field names of a .msg file, or of both halves of a .srv file (constants, `TYPE NAME=value`,
+    included; the `---` line between a service's request and response is not a field)."""
     names = []
     for line in msg.read_text().splitlines():
         line = line.split("#", 1)[0].strip()
-        if line:
+        if line and not (msg.suffix == ".srv" and line == "---"):
             names.append(re.split(r"[\s=]+", line)[1])
     return names
 
 
-MESSAGES = sorted((ROOT / "msg").glob("*.msg"))
+MESSAGES = sorted((ROOT / "msg").glob("*.msg")) + sorted((ROOT / "srv").glob("*.srv"))
 
 
 def test_there_are_messages_to_check():
-    assert [m.name for m in MESSAGES] == ["VisualFeatures.msg", "VisualLabels.msg", "VlmAnswer.msg"]
+    assert [m.name for m in MESSAGES] == ["VisualFeatures.msg", "VisualLabels.msg", "VlmAnswer.msg",
+                                          "QueryMemory.srv"]  # fmt: skip
     assert "prompt_template" in fields(ROOT / "msg" / "VisualLabels.msg")
+    query = fields(ROOT / "srv" / "QueryMemory.srv")
+    assert query[0] == "text" and query[-1] == "scores" and "ok" in query and "---" not in query
 
 
 @pytest.mark.parametrize("msg", MESSAGES, ids=lambda p: p.stem)

@@ -69,22 +69,25 @@ def test_the_pinned_humble_requirements_keep_numpy_1():
         if line.strip() and not line.startswith("#"):
             name, _, version = line.partition("==")
             pins[name.strip()] = tuple(int(x) for x in version.split("."))
-    assert set(pins) == {"numpy", "onnxruntime", "tokenizers", "ftfy"}  # ftfy: the labels node's CLIP tokenizer
+    # ftfy: the labels node's CLIP tokenizer; chromadb: the memory node's store; onnx: graphs made at run time
+    assert set(pins) == {"numpy", "onnxruntime", "tokenizers", "ftfy", "chromadb", "onnx"}
     assert (1, 21, 6) <= pins["numpy"] < (2,)
     assert pins["onnxruntime"] >= (1, 16)
 
 
 
-#: pip packages of ours that a robot's environment does not have (requirements-humble.txt and package.xml's
-#: apt keys are all it has): the extras, and the pip-path transport
+#: pip packages that the nodes and their config must import without: the extras and the pip-path transport,
+#: none of which a robot needs to start the encoder, labels or VLM node (requirements-humble.txt pins onnx and
+#: chromadb for the memory node's store and int8 scan, which import them when they first run)
 NOT_ON_A_ROBOT = ("onnx", "torch", "chromadb", "openvino", "rosbags", "cyclonedds", "matplotlib", "safetensors",
                   "gguf", "tritonclient", "psutil", "PIL", "skimage")  # fmt: skip
 
 
 def test_the_nodes_and_their_config_import_with_only_what_a_robot_has():
     """Every node module, config (which each node and the launch file read) and preprocess import with the
-    packages above absent. The ros2 tier shows the same on the real Humble, but only after a colcon build
-    late in the suite; this fails in a second (a node's config once imported onnx through the projection)."""
+    packages above absent (a robot that runs only the encoder needs none of them). The ros2 tier shows the
+    same on the real Humble, but only after a colcon build late in the suite; this fails in a second (a
+    node's config once imported onnx through the projection)."""
     import subprocess
     import sys
 
@@ -137,13 +140,14 @@ def test_our_python_package_leaves_room_for_what_rosidl_generates_into_it():
     assert not re.search(r"^\s*(import|from) ", text, re.M), "our __init__.py is imported by every msg import"
 
 
-def test_cmakelists_generates_every_msg_and_installs_executables_launch_config_msg():
+def test_cmakelists_generates_every_msg_and_srv_and_installs_executables_launch_config_msg_srv():
     gen = CMAKE[CMAKE.index("set(msg_files") : CMAKE.index("rosidl_generate_interfaces(")]
-    listed = re.findall(r'"msg/([A-Za-z0-9]+\.msg)"', gen)
-    assert listed == sorted(listed) and set(listed) == {m.name for m in (ROOT / "msg").glob("*.msg")}
-    assert "${msg_files}" in _calls("rosidl_generate_interfaces")[0]
+    for kind in ("msg", "srv"):
+        listed = re.findall(rf'"{kind}/([A-Za-z0-9]+\.{kind})"', gen)
+        assert listed == sorted(listed) and set(listed) == {m.name for m in (ROOT / kind).glob(f"*.{kind}")}
+        assert listed and f"${{{kind}_files}}" in _calls("rosidl_generate_interfaces")[0].split()
     install = [c.split() for c in _calls("install")]
-    assert ["DIRECTORY", "launch", "config", "msg", "DESTINATION", "share/${PROJECT_NAME}"] in install
+    assert ["DIRECTORY", "launch", "config", "msg", "srv", "DESTINATION", "share/${PROJECT_NAME}"] in install
     assert ["FILES", "requirements-humble.txt", "DESTINATION", "share/${PROJECT_NAME}"] in install
     programs = next(c for c in install if c[0] == "PROGRAMS")
     for script in ("encoder_node", "vlm_node", "openclaw-vision"):
@@ -153,7 +157,7 @@ def test_cmakelists_generates_every_msg_and_installs_executables_launch_config_m
 
 
 
-def test_setup_py_installs_every_launch_config_and_msg_file(monkeypatch):
+def test_setup_py_installs_every_launch_config_msg_and_srv_file(monkeypatch):
     import setuptools
 
     captured = {}
@@ -162,7 +166,7 @@ def test_setup_py_installs_every_launch_config_and_msg_file(monkeypatch):
     code = compile((ROOT / "setup.py").read_text(), "setup.py", "exec")
     exec(code, {"__file__": str(ROOT / "setup.py"), "__name__": "__main__"})
     installed = {f for _dest, files in captured["data_files"] for f in files}
-    for folder in ("launch", "config", "msg"):
+    for folder in ("launch", "config", "msg", "srv"):
         for f in (ROOT / folder).iterdir():
             assert f"{folder}/{f.name}" in installed, f
     assert "resource/openclaw_vision" in installed

@@ -15,7 +15,9 @@ lock file, or SQLite's lock) is `StoreLocked`, a database file that is not a sou
 `StoreCorrupt`; in both cases the folder is left exactly as it was.
 
 Queries run on the hot layer (hot.py, exact) loaded from the store at open; `search(..., exact=False)`
-asks the engine's own index instead (what the bench compares).
+asks the engine's own index instead (what the bench compares). The hot layer has a lock of its own: a
+query on one thread (the memory node's service) and writes on another (its writer) each hold it only
+while they read or change the hot layer, never during the engine's write.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import json
 import logging
 import os
 import sqlite3
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -240,6 +243,7 @@ class VisualMemory:
         self._camera_names: list[str] = []
         self._row_cameras: list[int] = []
         self.hot: HotIndex | None = None
+        self._hot_lock = threading.Lock()
         if self._collection is not None:
             self._load()
 
@@ -263,14 +267,15 @@ class VisualMemory:
         return self._camera_codes[camera]
 
     def _append(self, ids, vectors, stamps, frame_ids, cameras, sources, labels) -> None:
-        codes = np.array([self._camera_code(c) for c in cameras], np.int32)
-        for i in ids:
-            self._ids[i] = len(self._ids)
-        self._frame_ids += frame_ids
-        self._sources += sources
-        self._labels += labels
-        self._row_cameras += codes.tolist()
-        self.hot.add(vectors, np.asarray(stamps, np.int64), codes)
+        with self._hot_lock:
+            codes = np.array([self._camera_code(c) for c in cameras], np.int32)
+            for i in ids:
+                self._ids[i] = len(self._ids)
+            self._frame_ids += frame_ids
+            self._sources += sources
+            self._labels += labels
+            self._row_cameras += codes.tolist()
+            self.hot.add(vectors, np.asarray(stamps, np.int64), codes)
 
     def close(self) -> None:
         """Release the folder (the lock); the engine has written every added row already."""
@@ -382,12 +387,13 @@ class VisualMemory:
         for s in range(0, len(drop), step):
             self._collection.delete(ids=drop[s : s + step])
         idx = np.flatnonzero(keep)
-        self.hot.keep(keep)
-        self._ids = {order_ids[i]: j for j, i in enumerate(idx)}
-        self._frame_ids = [self._frame_ids[i] for i in idx]
-        self._sources = [self._sources[i] for i in idx]
-        self._labels = [self._labels[i] for i in idx]
-        self._row_cameras = [self._row_cameras[i] for i in idx]
+        with self._hot_lock:
+            self.hot.keep(keep)
+            self._ids = {order_ids[i]: j for j, i in enumerate(idx)}
+            self._frame_ids = [self._frame_ids[i] for i in idx]
+            self._sources = [self._sources[i] for i in idx]
+            self._labels = [self._labels[i] for i in idx]
+            self._row_cameras = [self._row_cameras[i] for i in idx]
         return len(drop)
 
     # -- searching -----------------------------------------------------------------------------------------
@@ -403,16 +409,17 @@ class VisualMemory:
             return []
         if not exact:
             return self._engine_search(vector, top_k, since_ns, until_ns, camera)
-        code = None
-        if camera is not None:
-            if camera not in self._camera_codes:
-                return []
-            code = self._camera_codes[camera]
-        hits = self.hot.search(vector, top_k, since_ns, until_ns, code)
-        stamps = self.hot.stamps_ns
-        return [Match(int(stamps[r]), self._camera_names[self._row_cameras[r]], self._frame_ids[r], float(s),
-                      self._sources[r], json.loads(self._labels[r]) if self._labels[r] else None)
-                for r, s in zip(hits.rows.tolist(), hits.scores.tolist(), strict=True)]  # fmt: skip
+        with self._hot_lock:
+            code = None
+            if camera is not None:
+                if camera not in self._camera_codes:
+                    return []
+                code = self._camera_codes[camera]
+            hits = self.hot.search(vector, top_k, since_ns, until_ns, code)
+            stamps = self.hot.stamps_ns
+            return [Match(int(stamps[r]), self._camera_names[self._row_cameras[r]], self._frame_ids[r], float(s),
+                          self._sources[r], json.loads(self._labels[r]) if self._labels[r] else None)
+                    for r, s in zip(hits.rows.tolist(), hits.scores.tolist(), strict=True)]  # fmt: skip
 
     def search_text(self, encoder, text: str, top_k: int = 8, **filters) -> list[Match]:
         """`search` with the text tower's embedding of `text` (a tower of another model is refused)."""

@@ -21,6 +21,12 @@ that library cannot be found, the binding's `ddspy_take` (what `DataReader.take`
 deserialising) hands over a bytes copy instead. Either way no Python code walks the pixels.
 Publishers take a message object or, like rclpy's, already serialized CDR bytes.
 
+Services speak rmw_cyclonedds's wire format: requests on `rq/<name>Request`, replies on
+`rr/<name>Reply`, types `pkg::srv::dds_::Svc_Request_` / `_Response_`, each sample led by
+rmw_cyclonedds's request header (client guid, 8 bytes, and sequence number: dds_types.REQUEST_HEADER),
+and the endpoints' user data that rmw_cyclonedds matches clients and services by. A service takes its
+requests on a thread of its own and a client waits on the caller's thread, both on WaitSets.
+
 The configuration (dds_config.for_cyclone: CYCLONEDDS_URI, else the shipped loopback file) is
 given to Cyclone when a transport creates its domain, never written into the environment.
 """
@@ -39,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from . import dds_config
-from .dds_types import idl_type
+from .dds_types import field_names, idl_type, service_wire_type
 from .subscription import DdsQos, SampleIntake, reader_qos, writer_qos
 from .types import Callback, QoS
 
@@ -78,7 +84,14 @@ def dds_topic_name(topic: str) -> str:
     return "rt" + topic
 
 
-def _qos(q: DdsQos):
+def dds_service_topics(name: str) -> tuple[str, str]:
+    """'/query_memory' → ('rq/query_memoryRequest', 'rr/query_memoryReply'), as rmw_cyclonedds maps a service."""
+    if not name.startswith("/"):
+        name = "/" + name
+    return f"rq{name}Request", f"rr{name}Reply"
+
+
+def _qos(q: DdsQos, userdata: str = ""):
     from cyclonedds.core import Policy, Qos
     from cyclonedds.util import duration
 
@@ -93,6 +106,8 @@ def _qos(q: DdsQos):
             policies.append(Policy.ResourceLimits(q.depth, -1, q.depth))
     else:
         policies.append(Policy.History.KeepLast(q.depth))
+    if userdata:
+        policies.append(Policy.Userdata(userdata.encode()))
     return Qos(*policies)
 
 
@@ -291,6 +306,145 @@ class _Subscription:
             self._waitset = self._cond = self._reader = None  # the last references: DDS deletes the reader
 
 
+#: QoS of both endpoints of a service: rclpy's qos_profile_services_default (reliable, keep_last 10, volatile)
+SERVICE_QOS = QoS("reliable", 10)
+
+
+def _endpoint_id(kind: str) -> tuple[int, str]:
+    """A random 64-bit id and the user data rmw_cyclonedds gives a client's or service's endpoints
+    ('clientid=…;' / 'serviceid=…;', rmw_node.cpp rmw_init_cs). A Humble client counts a service as
+    available only once it sees one request reader and one reply writer with the same serviceid
+    (check_for_service_reader_writer); a Humble server replies once the requesting client's reply reader
+    (same clientid) is matched. Only equality of the strings matters."""
+    ident = int.from_bytes(os.urandom(8), "little") or 1
+    return ident, f"{kind}={ident:016x};"
+
+
+class _ServiceEndpoints:
+    """A service's request and reply topics, reader and writer (which side reads requests depends on the
+    role), and the WaitSet our thread waits on: Python never runs on Cyclone's threads."""
+
+    def __init__(self, participant, name: str, srv_type: str, server: bool) -> None:
+        from cyclonedds.core import InstanceState, ReadCondition, SampleState, ViewState, WaitSet
+        from cyclonedds.pub import DataWriter
+        from cyclonedds.sub import DataReader
+        from cyclonedds.topic import Topic
+
+        from .types import REQUEST, RESPONSE
+
+        self.name, self.srv_type = name, srv_type
+        rq, rr = dds_service_topics(name)
+        self.request_type = service_wire_type(srv_type + REQUEST)
+        self.reply_type = service_wire_type(srv_type + RESPONSE)
+        self.id, userdata = _endpoint_id("serviceid" if server else "clientid")
+        req_topic, rep_topic = Topic(participant, rq, self.request_type), Topic(participant, rr, self.reply_type)
+        read_topic, write_topic = (req_topic, rep_topic) if server else (rep_topic, req_topic)
+        self.reader = DataReader(participant, read_topic,
+                                 qos=_qos(reader_qos(SERVICE_QOS, bounded_keep_all=True), userdata))  # fmt: skip
+        self.writer = DataWriter(participant, write_topic, qos=_qos(writer_qos(SERVICE_QOS), userdata))
+        self.waitset = WaitSet(participant)
+        self.mask = ViewState.Any | InstanceState.Any | SampleState.Any
+        self.cond = ReadCondition(self.reader, self.mask)
+        self.waitset.attach(self.cond)
+
+    def take(self) -> list:
+        """The samples waiting (only those with data)."""
+        return [s for s in self.reader.take(N=READ_BATCH) if s is not None and hasattr(s, "cdds_request_seq")]
+
+    def wait(self, seconds: float) -> None:
+        from cyclonedds.util import duration
+
+        self.waitset.wait(duration(milliseconds=max(1, int(seconds * 1000))))
+
+    def close(self) -> None:
+        self.waitset = self.cond = self.reader = self.writer = None  # the last references: DDS deletes them
+
+
+#: requests or replies taken per take call
+READ_BATCH = 16
+
+
+class _Service:
+    """A server: a thread of ours takes requests, calls the handler and writes each reply with the request's
+    header (client guid, sequence number) before the reply's fields, as rmw_cyclonedds does."""
+
+    def __init__(self, participant, name: str, srv_type: str, handler) -> None:
+        from .types import RESPONSE
+
+        self._ep = _ServiceEndpoints(participant, name, srv_type, server=True)
+        self._handler, self._fields = handler, field_names(srv_type + RESPONSE)
+        self.failed = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"dds-service{name}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._ep.wait(0.1)
+            while not self._stop.is_set():
+                try:
+                    requests = self._ep.take()
+                except Exception:
+                    log.exception("take on service %s failed", self._ep.name)
+                    break
+                if not requests:
+                    break
+                for req in requests:
+                    self._answer(req)
+
+    def _answer(self, req) -> None:
+        try:
+            resp = self._handler(req)
+            wire = self._ep.reply_type(cdds_request_guid=req.cdds_request_guid, cdds_request_seq=req.cdds_request_seq,
+                                       **{f: getattr(resp, f) for f in self._fields})  # fmt: skip
+            self._ep.writer.write(wire)
+        except Exception:  # a failing handler must not end the service thread
+            self.failed += 1
+            log.exception("service %s: request %d not answered", self._ep.name, req.cdds_request_seq)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+        self._ep.close()
+
+
+class _Client:
+    """A client: a call writes the request with our guid and the next sequence number and waits, on the
+    caller's thread (a WaitSet: Cyclone's threads never run Python), for the reply carrying both; replies
+    for other clients or earlier, timed-out calls are dropped. One call at a time per client."""
+
+    def __init__(self, participant, name: str, srv_type: str) -> None:
+        from .types import REQUEST
+
+        self._ep = _ServiceEndpoints(participant, name, srv_type, server=False)
+        self._fields = field_names(srv_type + REQUEST)
+        self._seq = 0
+        self._lock = threading.Lock()
+
+    def ready(self) -> bool:
+        return bool(self._ep.writer.get_matched_subscriptions()) and bool(self._ep.reader.get_matched_publications())
+
+    def call(self, request: Any, timeout: float = 10.0) -> Any:
+        from .types import ServiceTimeout
+
+        with self._lock:
+            self._seq += 1
+            seq = self._seq
+            self._ep.writer.write(self._ep.request_type(cdds_request_guid=self._ep.id, cdds_request_seq=seq,
+                                                        **{f: getattr(request, f) for f in self._fields}))  # fmt: skip
+            deadline = time.monotonic() + timeout
+            while (left := deadline - time.monotonic()) > 0:
+                for reply in self._ep.take():
+                    if reply.cdds_request_guid == self._ep.id and reply.cdds_request_seq == seq:
+                        return reply
+                self._ep.wait(min(left, 0.1))
+        raise ServiceTimeout(f"service {self._ep.name}: no reply within {timeout:g} s "
+                             f"({'a server is matched' if self.ready() else 'no server matched'})")  # fmt: skip
+
+    def close(self) -> None:
+        self._ep.close()
+
+
 class CycloneTransport:
     name = "cyclonedds"
 
@@ -304,6 +458,7 @@ class CycloneTransport:
         self.participant = DomainParticipant(domain)
         self._topics: dict[str, Any] = {}
         self._subs: list[_Subscription] = []
+        self._services: list[_Service | _Client] = []
 
     def msg(self, ros_type: str) -> type:
         return idl_type(ros_type)
@@ -331,6 +486,17 @@ class CycloneTransport:
         self._subs.append(sub)
         return sub
 
+    def service(self, name: str, srv_type: str, handler) -> _Service:
+        """Requests taken on a thread of the service's own (never a subscription's), one at a time."""
+        srv = _Service(self.participant, name, srv_type, handler)
+        self._services.append(srv)
+        return srv
+
+    def client(self, name: str, srv_type: str) -> _Client:
+        cli = _Client(self.participant, name, srv_type)
+        self._services.append(cli)
+        return cli
+
     def deserialize(self, raw: bytes, ros_type: str) -> Any:
         return idl_type(ros_type).deserialize(raw)
 
@@ -341,5 +507,8 @@ class CycloneTransport:
         for sub in self._subs:
             sub.close()
         self._subs.clear()
+        for srv in self._services:
+            srv.close()
+        self._services.clear()
         self._topics.clear()
         self.participant = self._domain = None  # the last transport of its domain gone: DDS deletes the domain

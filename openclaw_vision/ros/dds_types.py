@@ -80,9 +80,7 @@ def _field_type(desc):
     raise TypeError(f"unsupported field node {node}")
 
 
-@cache
-def idl_type(ros_type: str) -> type[IdlStruct]:
-    """The Cyclone DDS class for a ROS 2 message type name, e.g. 'sensor_msgs/msg/Image'."""
+def _annotations(ros_type: str) -> dict:
     store = typestore()
     if ros_type not in store.fielddefs:
         raise KeyError(f"unknown message type {ros_type!r}")
@@ -90,5 +88,35 @@ def idl_type(ros_type: str) -> type[IdlStruct]:
     annotations = {name: _field_type(desc) for name, desc in fields}
     if not annotations:  # ROS gives empty messages one uint8 member on the wire
         annotations = {"structure_needs_at_least_one_member": t.uint8}
-    cls_name = ros_type.replace("/", "__")
-    return make_idl_struct(cls_name, dds_type_name(ros_type), annotations)
+    return annotations
+
+
+def field_names(ros_type: str) -> list[str]:
+    """The ROS fields of a message (or service half), in wire order."""
+    return list(_annotations(ros_type))
+
+
+@cache
+def idl_type(ros_type: str) -> type[IdlStruct]:
+    """The Cyclone DDS class for a ROS 2 message type name, e.g. 'sensor_msgs/msg/Image'; for a service's
+    halves ('openclaw_vision/srv/QueryMemory_Request') the message as ROS code sees it (no request header)."""
+    return make_idl_struct(ros_type.replace("/", "__"), dds_type_name(ros_type), _annotations(ros_type))
+
+
+#: rmw_cyclonedds's request header, which leads every service request and reply on the wire (Humble
+#: rmw_cyclonedds_cpp/src/serdata.hpp, cdds_request_header_t {uint64_t guid; int64_t seq;}; serdata.cpp
+#: writes it before the message's own fields). `guid` is the client's request writer's instance handle
+#: (8 bytes, not a 16-byte GUID); the server copies both into its reply, and the client takes only the
+#: replies with its own guid. 16 bytes: the fields after it keep their 8-byte alignment.
+REQUEST_HEADER = {"cdds_request_guid": t.uint64, "cdds_request_seq": t.int64}
+
+
+@cache
+def service_wire_type(ros_type: str) -> type[IdlStruct]:
+    """A service half as rmw_cyclonedds puts it on the wire: REQUEST_HEADER, then the ROS fields, under
+    the half's DDS name ('openclaw_vision::srv::dds_::QueryMemory_Request_')."""
+    annotations = _annotations(ros_type)
+    if set(annotations) & set(REQUEST_HEADER):
+        raise TypeError(f"{ros_type}: a field is named like the request header's {sorted(REQUEST_HEADER)}")
+    return make_idl_struct(ros_type.replace("/", "__") + "__wire", dds_type_name(ros_type),
+                           {**REQUEST_HEADER, **annotations})  # fmt: skip

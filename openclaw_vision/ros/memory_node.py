@@ -6,6 +6,9 @@ Threads and data flow, one direction:
                                   (a short lock, never a store call: the subscription never waits on disk)
     writer thread:                every `flush_period` or `batch_rows` rows: take the queue → one Rows
                                   per model → VisualMemory.add → retention (max_rows, max_age)
+    service thread (QueryMemory): a text (embedded by the text tower, loaded once at start) or a vector →
+                                  the store's hot layer, under its own lock (held for the scan only:
+                                  neither the subscription nor the writer waits on a query for long)
     diagnostics:                  counters on /diagnostics
 
 Every features message is counted once as received, and then as written, skipped (that row is in the
@@ -16,9 +19,14 @@ running through all of them. A store that cannot be opened (corrupt, locked, no 
 at start with the reason; nothing is written over it.
 
 Killing the node loses at most the rows not yet written: one batch (`batch_rows`, or `flush_period`
-seconds of rows). A query service (srv/QueryMemory) is not part of this node yet: `openclaw-vision search
---store` reads the same store (a server store while the node runs; the embedded folder after it stops,
-as the folder has one writer at a time).
+seconds of rows).
+
+Queries (srv/QueryMemory on `query_service`) are counted as `queries`; a bad one (neither or both of text
+and vector, a vector of another width or model than the store's, a text query without `text_model`, a
+window that ends before it starts) gets `ok: false` and the reason in `error`, is counted in
+`queries_refused` and logged, and the node goes on. A text tower of another model than the store's is
+refused at start, naming both. Offline, `openclaw-vision search --store` reads the same store (a server
+store while the node runs; the embedded folder after it stops, as the folder has one writer at a time).
 """
 
 from __future__ import annotations
@@ -32,22 +40,30 @@ import numpy as np
 
 from .. import config as cfgmod
 from ..errors import OpenclawError
+from ..numerics import l2_normalise
 from ..stats import Counters
 from .diagnostics import OK, WARN, diagnostic_array
 from .runner import every, node_main
 from .subscription import Throttle
-from .types import DEFAULT, DIAGNOSTIC_ARRAY, VISUAL_FEATURES, QoS, Transport
+from .types import DEFAULT, DIAGNOSTIC_ARRAY, QUERY_MEMORY, RESPONSE, VISUAL_FEATURES, QoS, Transport
 
 log = logging.getLogger("memory_node")
 
 NODE_NAME = "memory_node"
 STATUS_NAME = f"{NODE_NAME}: memory"
-COUNTS = ("received", "written", "skipped", "dropped", "rejected", "refused", "flushes", "retained_deleted")
+COUNTS = ("received", "written", "skipped", "dropped", "rejected", "refused", "flushes", "retained_deleted",
+          "queries", "queries_refused")  # fmt: skip
+#: matches a query returns when its top_k is 0, and at most
+DEFAULT_TOP_K, MAX_TOP_K = 8, 1000
+
+
+class QueryError(OpenclawError, ValueError):
+    """A QueryMemory request that cannot be answered as asked; the message says why."""
 
 
 class MemoryNode:
-    def __init__(self, cfg: cfgmod.MemoryConfig, transport: Transport, memory) -> None:
-        self.cfg, self.transport, self.memory = cfg, transport, memory
+    def __init__(self, cfg: cfgmod.MemoryConfig, transport: Transport, memory, text=None) -> None:
+        self.cfg, self.transport, self.memory, self.text = cfg, transport, memory, text
         self.counters = Counters(COUNTS)
         self._pending: list[tuple[str, int, str, str, np.ndarray]] = []
         self._lock = threading.Lock()
@@ -59,6 +75,49 @@ class MemoryNode:
         self._subs = [transport.subscribe(cfg.features_topic, VISUAL_FEATURES, DEFAULT, self._on_features)]
         self._writer = threading.Thread(target=self._write_loop, name="memory-writer", daemon=True)
         self._thread = threading.Thread(target=self._report, name="diagnostics", daemon=True)
+        self._warn_query = Throttle()
+        self._last_query_error = ""
+        self._response = transport.msg(QUERY_MEMORY + RESPONSE)
+        self._service = transport.service(cfg.query_service, QUERY_MEMORY, self.on_query)
+
+    # service thread -----------------------------------------------------------------------
+    def on_query(self, req: Any) -> Any:
+        """One QueryMemory request → its response; a bad query is answered with ok=false and the reason."""
+        self.counters.inc("queries")
+        try:
+            matches = self.query(req)
+        except OpenclawError as err:  # QueryError, StoreMismatch, the text tower's errors
+            self.counters.inc("queries_refused")
+            self._last_query_error = str(err)
+            self._warn_query(log.warning, "query refused: %s", err)
+            return self._response(ok=False, error=str(err), model_id=self.memory.model_id or "", stamps_ns=[],
+                                  frame_ids=[], cameras=[], scores=[])  # fmt: skip
+        return self._response(ok=True, error="", model_id=self.memory.model_id or "",
+                              stamps_ns=[m.stamp_ns for m in matches], frame_ids=[m.frame_id for m in matches],
+                              cameras=[m.camera for m in matches],
+                              scores=self.transport.float_array([m.score for m in matches]))  # fmt: skip
+
+    def query(self, req: Any) -> list:
+        text = str(req.text).strip()
+        vector = np.asarray(req.vector, np.float32).reshape(-1)
+        if bool(text) == bool(vector.size):
+            raise QueryError("give either text or a vector (not both, not neither)")
+        top_k = int(req.top_k) or DEFAULT_TOP_K
+        if top_k > MAX_TOP_K:
+            raise QueryError(f"top_k {top_k} is more than {MAX_TOP_K}")
+        since, until = int(req.since_ns) or None, int(req.until_ns) or None
+        if since is not None and until is not None and until < since:
+            raise QueryError(f"the window ends (until_ns {until}) before it starts (since_ns {since})")
+        filters = {"since_ns": since, "until_ns": until, "camera": str(req.camera) or None}
+        if text:
+            if self.text is None:
+                raise QueryError("text queries need the text_model parameter (a text tower export of the "
+                                 "store's model); this node answers vector queries only")  # fmt: skip
+            return self.memory.search_text(self.text, text, top_k, **filters)
+        if not np.isfinite(vector).all() or not np.any(vector):
+            raise QueryError(f"the query vector ({vector.size} values) is not a finite non-zero vector")
+        model = str(req.model_id) or self.memory.model_id or ""
+        return self.memory.search(l2_normalise(vector[None])[0], model, top_k, **filters)
 
     # transport thread ---------------------------------------------------------------------
     def _on_features(self, msg: Any, _deserialize_s: float) -> None:
@@ -140,6 +199,8 @@ class MemoryNode:
         values = dict(st)
         if st["refused"]:
             level, text = WARN, f"rows refused: {self._last_refusal}"
+        elif st["queries_refused"]:
+            level, text = WARN, f"queries refused: {self._last_query_error}"
         elif st["dropped"] + st["rejected"]:
             level, text = WARN, "rows dropped or rejected (see the counts)"
         else:
@@ -161,6 +222,11 @@ class MemoryNode:
         log.info("ready: %s -> %s (%d rows, model %s), batches of %d or every %.1f s, transport %s",
                  self.cfg.features_topic, self.memory.spec, len(self.memory), self.memory.model_id or "not yet set",
                  self.cfg.batch_rows, self.cfg.flush_period, self.transport.name)  # fmt: skip
+        log.info(
+            "queries on %s: vectors%s",
+            self.cfg.query_service,
+            f" and text (tower {self.text.model_id})" if self.text is not None else " only (no text_model)",
+        )
         return self
 
     def stop(self) -> None:
@@ -178,7 +244,25 @@ class MemoryNode:
 
 
 class MemoryLoadError(OpenclawError, RuntimeError):
-    """The store could not be opened (corrupt, locked, no server)."""
+    """The store could not be opened (corrupt, locked, no server), or the text tower not used with it."""
+
+
+def _text_tower(cfg: cfgmod.MemoryConfig, memory):
+    """The text tower of `text_model`, loaded once (None without it); one of another model id or width than
+    the store's is refused here, naming both, rather than on every query."""
+    from ..encoders.base import EncoderError
+    from ..memory.store import StoreMismatch
+    from ..text.encoder import TextEncoder
+    from ..text.merges import TokenizerError
+
+    if not cfg.text_model:
+        return None
+    try:
+        text = TextEncoder(cfg.text_model, 1, cfg.bpe_path or None)
+        memory.check_model(text.model_id, text.embed_dim, f"text tower's ({cfg.text_model}) queries")
+    except (EncoderError, TokenizerError, StoreMismatch) as err:
+        raise MemoryLoadError(f"cannot start the memory node: {err}") from err
+    return text
 
 
 def _build(cfg: cfgmod.MemoryConfig, transport: Transport) -> MemoryNode:
@@ -188,7 +272,11 @@ def _build(cfg: cfgmod.MemoryConfig, transport: Transport) -> MemoryNode:
         memory = VisualMemory(cfg.store or None)
     except StoreError as err:
         raise MemoryLoadError(f"cannot start the memory node: {err}") from err
-    return MemoryNode(cfg, transport, memory)
+    try:
+        return MemoryNode(cfg, transport, memory, _text_tower(cfg, memory))
+    except BaseException:
+        memory.close()  # the folder's lock goes with a node that does not start
+        raise
 
 
 def main(argv: list[str] | None = None) -> int:

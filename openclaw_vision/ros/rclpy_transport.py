@@ -85,6 +85,55 @@ class _Subscription:
         self._node.destroy_subscription(self._sub)
 
 
+class _Service:
+    """rclpy's service with a callback group of its own: the MultiThreadedExecutor runs a query beside the
+    subscriptions' callbacks (the node's default group is mutually exclusive), never in their way."""
+
+    def __init__(self, node, name: str, cls, handler) -> None:
+        from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+
+        self._node, self._handler, self.failed = node, handler, 0
+        self._srv = node.create_service(cls, name, self._callback, callback_group=MutuallyExclusiveCallbackGroup())
+
+    def _callback(self, request, response):
+        try:
+            return self._handler(request)
+        except Exception:  # as on Cyclone: logged and counted; rclpy then sends the empty response
+            self.failed += 1
+            log.exception("service %s: a request not answered", self._srv.srv_name)
+            return response
+
+    def close(self) -> None:
+        self._node.destroy_service(self._srv)
+
+
+class _Client:
+    def __init__(self, node, name: str, cls) -> None:
+        from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+
+        self._node, self._name = node, name
+        self._cli = node.create_client(cls, name, callback_group=MutuallyExclusiveCallbackGroup())
+
+    def ready(self) -> bool:
+        return bool(self._cli.service_is_ready())
+
+    def call(self, request: Any, timeout: float = 10.0) -> Any:
+        """The spin thread (the transport's executor) completes the future; this thread only waits."""
+        from .types import ServiceTimeout
+
+        done = threading.Event()
+        future = self._cli.call_async(request)
+        future.add_done_callback(lambda _f: done.set())
+        if not done.wait(timeout):
+            self._cli.remove_pending_request(future)
+            raise ServiceTimeout(f"service {self._name}: no reply within {timeout:g} s "
+                                 f"({'a server is matched' if self.ready() else 'no server matched'})")  # fmt: skip
+        return future.result()
+
+    def close(self) -> None:
+        self._node.destroy_client(self._cli)
+
+
 def descriptor(name: str, default: Any, spec: Param):
     """The rcl_interfaces/ParameterDescriptor (Humble msg: name, type, description,
     additional_constraints, read_only, dynamic_typing, floating_point_range[<=1], integer_range[<=1])
@@ -137,8 +186,21 @@ class RclpyTransport:
             self._executor.spin_once(timeout_sec=SPIN_POLL_S)
 
     def msg(self, ros_type: str) -> type:
+        """The generated class; a service's halves ('pkg/srv/Svc_Request') are rosidl's Svc.Request/Response."""
+        from .types import REQUEST, RESPONSE
+
         pkg, kind, name = ros_type.split("/")
-        return getattr(importlib.import_module(f"{pkg}.{kind}"), name)
+        module = importlib.import_module(f"{pkg}.{kind}")
+        for suffix, half in ((REQUEST, "Request"), (RESPONSE, "Response")):
+            if kind == "srv" and name.endswith(suffix):
+                return getattr(getattr(module, name[: -len(suffix)]), half)
+        return getattr(module, name)
+
+    def service(self, name: str, srv_type: str, handler) -> _Service:
+        return _Service(self.node, name, self.msg(srv_type), handler)
+
+    def client(self, name: str, srv_type: str) -> _Client:
+        return _Client(self.node, name, self.msg(srv_type))
 
     def float_array(self, values) -> Any:
         import numpy as np

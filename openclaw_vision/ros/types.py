@@ -1,4 +1,5 @@
-"""The types every part of the transport seam shares: QoS, callbacks, type names, protocols.
+"""The types every part of the transport seam shares: QoS, callbacks, type names, protocols (topics and
+services).
 
 A module of its own so that the two implementations (rclpy_transport.py, cyclone.py), the nodes
 and the chooser (transport.py) all import from here and nothing imports back: transport.py
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..config import RELIABILITIES  # the keys' choices are the config's (config.py)
+from ..errors import OpenclawError
 
 IMAGE = "sensor_msgs/msg/Image"
 COMPRESSED_IMAGE = "sensor_msgs/msg/CompressedImage"
@@ -22,6 +24,9 @@ KEY_VALUE = "diagnostic_msgs/msg/KeyValue"
 HEADER = "std_msgs/msg/Header"
 TIME = "builtin_interfaces/msg/Time"
 STRING = "std_msgs/msg/String"
+QUERY_MEMORY = "openclaw_vision/srv/QueryMemory"
+#: a service's two messages, as `Transport.msg` names them: QUERY_MEMORY + REQUEST
+REQUEST, RESPONSE = "_Request", "_Response"
 
 HISTORIES = ("keep_last", "keep_all")
 
@@ -47,6 +52,13 @@ DEFAULT = QoS("reliable", 10)
 
 #: callback(message, deserialise_seconds)
 Callback = Callable[[Any, float], None]
+#: handler(request) -> response (`transport.msg(srv_type + RESPONSE)`); called on a thread of the service's
+#: own, never a subscription's: it must not raise (an exception is logged and counted, and no reply goes out)
+ServiceHandler = Callable[[Any], Any]
+
+
+class ServiceTimeout(OpenclawError, TimeoutError):
+    """No reply came within the call's timeout (no server, or it did not answer)."""
 
 
 class Publisher(Protocol):
@@ -60,6 +72,25 @@ class Subscription(Protocol):
     def close(self) -> None:
         """Stop delivering samples (a node re-creates its subscription this way to change QoS)."""
         ...
+
+
+class Service(Protocol):
+    #: requests whose handler raised (no reply went out for them)
+    failed: int
+
+    def close(self) -> None: ...
+
+
+class Client(Protocol):
+    def ready(self) -> bool:
+        """Whether a server of this service is matched (its request reader and reply writer)."""
+        ...
+
+    def call(self, request: Any, timeout: float = 10.0) -> Any:
+        """Send `request` (`transport.msg(srv_type + REQUEST)`), wait for its reply; ServiceTimeout if none."""
+        ...
+
+    def close(self) -> None: ...
 
 
 class Transport(Protocol):
@@ -76,6 +107,12 @@ class Transport(Protocol):
     def publisher(self, topic: str, ros_type: str, qos: QoS) -> Publisher: ...
 
     def subscribe(self, topic: str, ros_type: str, qos: QoS, callback: Callback) -> Subscription: ...
+
+    def service(self, name: str, srv_type: str, handler: ServiceHandler) -> Service:
+        """Answer `srv_type` requests (e.g. QUERY_MEMORY) on service `name`, e.g. '/query_memory'."""
+        ...
+
+    def client(self, name: str, srv_type: str) -> Client: ...
 
     def deserialize(self, raw: bytes, ros_type: str) -> Any: ...
 

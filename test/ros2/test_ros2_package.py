@@ -7,6 +7,7 @@ from pathlib import Path
 from support.humble import PACKAGE, ROOT
 
 MESSAGES = sorted(p.stem for p in (ROOT / "msg").glob("*.msg"))
+SERVICES = sorted(p.stem for p in (ROOT / "srv").glob("*.srv"))
 EXECUTABLES = ("encoder_node", "labels_node", "memory_node", "openclaw-vision", "vlm_node")
 
 
@@ -15,6 +16,8 @@ def test_messages_and_preprocess_import_in_the_robot_venv(ros2):
     and a message survives rclpy's serialisation."""
     code = (
         f"from {PACKAGE}.msg import {', '.join(MESSAGES)}\n"
+        f"from {PACKAGE}.srv import {', '.join(SERVICES)}\n"
+        "assert QueryMemory.Request().top_k == 0 and list(QueryMemory.Response(scores=[0.5]).scores) == [0.5]\n"
         "import openclaw_vision.preprocess, openclaw_vision.ros.encoder_node\n"
         "from rclpy.serialization import serialize_message, deserialize_message\n"
         "m = VisualLabels(labels=['a', 'b'], prompt_template='a photo of a {}.', scores=[0.25, 0.75])\n"
@@ -39,6 +42,7 @@ def test_installed_share(ros2):
         p.name for p in (ROOT / "config").glob("*.yaml")
     )
     assert sorted(p.stem for p in (share / "msg").glob("*.msg")) == MESSAGES
+    assert sorted(p.stem for p in (share / "srv").glob("*.srv")) == SERVICES
     assert (share / "requirements-humble.txt").is_file()
     prefix = ros2.run("ros2", "pkg", "prefix", PACKAGE).stdout.strip()
     assert Path(prefix) == ros2.install / PACKAGE

@@ -18,7 +18,6 @@ Frame counts are small: each check is about what arrives and what it carries, no
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -26,14 +25,13 @@ import warnings
 from pathlib import Path
 
 import pytest
-from support.humble import ROOT, ros_args
+from support.humble import ROBOT_CONFIG, ROOT, pip_env, ros_args
 
 from openclaw_vision.ros import dds_config
 
 SUPPORT = ROOT / "test" / "support"
 CAMERA, COUNTER = str(SUPPORT / "rclpy_camera.py"), str(SUPPORT / "rclpy_counter.py")
 CALLBACK_FAULT = str(SUPPORT / "rclpy_callback_fault.py")
-ROBOT_CONFIG = ROOT / "config" / "cyclonedds-robot.xml"
 RAW_ENCODINGS = ("rgb8", "bgr8", "yuyv", "bayer_rggb8", "nv12")
 FEATURES = "openclaw_vision/msg/VisualFeatures"
 
@@ -149,19 +147,6 @@ def test_image_transport_republish_compressed_to_the_encoder(ros2, node_params, 
     assert got and set(got) <= set(sent), (got, sent)
     assert stats["rejected"] == stats["failed"] == 0 and stats["encoded"] >= 1, stats
     assert "sensor_msgs/msg/CompressedImage" in node.output(), node.output()[-2000:]
-
-
-def pip_env(robot: bool = False) -> dict[str, str]:
-    """The pip path's environment: this checkout's venv, no ROS sourced, this test's domain; the loopback
-    config, or (`robot`) the robot config under ROS_LOCALHOST_ONLY=1, where the pip path adds 127.0.0.1
-    itself as rmw does (else cyclonedds-python would pick the machine's interface)."""
-    keep = ("PATH", "HOME", "LANG", "TMPDIR", "OPENCLAW_VISION_HOME", "ROS_DOMAIN_ID")
-    env = {k: os.environ[k] for k in keep if k in os.environ}
-    env["CYCLONEDDS_URI"] = (ROBOT_CONFIG if robot else ROOT / "config" / "cyclonedds-loopback.xml").as_uri()
-    if robot:
-        env["ROS_LOCALHOST_ONLY"] = "1"
-    env["PYTHONPATH"] = str(ROOT)
-    return env
 
 
 def test_bag_play_record_info_and_replay(ros2, node_params, rmem_raised, tmp_path, sample_bag):

@@ -49,6 +49,7 @@ SYSTEM_PREFIX = Path("/opt/ros/humble")
 SYSTEM_PYTHON = "/usr/bin/python3"
 PACKAGE = "openclaw_vision"
 LOOPBACK_CONFIG = ROOT / "config" / "cyclonedds-loopback.xml"
+ROBOT_CONFIG = ROOT / "config" / "cyclonedds-robot.xml"
 #: one line, said when the tier is skipped
 INSTALL_HINT = (
     "no ROS 2 Humble found: set OPENCLAW_ROS2_PREFIX to a Humble install, install /opt/ros/humble,"
@@ -236,7 +237,7 @@ def session_members(sid: int) -> list[int]:
 #: NodeStrategy calls spawn_daemon, which daemonizes into a session of its own, outliving the test)
 DAEMON_VERBS = ("param", "topic", "node", "service", "action")
 #: of those, the ones that make a node of their own and take no --no-daemon
-DIRECT_ONLY = (("topic", "pub"), ("topic", "hz"))
+DIRECT_ONLY = (("topic", "pub"), ("topic", "hz"), ("service", "call"))
 
 
 def no_daemon(cmd: tuple[str, ...]) -> list[str]:
@@ -397,6 +398,19 @@ class Ros2:
         for proc in self._started:
             if proc.alive() or proc.members():
                 proc.kill()
+
+
+def pip_env(robot: bool = False) -> dict[str, str]:
+    """The pip path's environment: this checkout's venv, no ROS sourced, this test's domain; the loopback
+    config, or (`robot`) the robot config under ROS_LOCALHOST_ONLY=1, where the pip path adds 127.0.0.1
+    itself as rmw does (else cyclonedds-python would pick the machine's interface)."""
+    keep = ("PATH", "HOME", "LANG", "TMPDIR", "OPENCLAW_VISION_HOME", "ROS_DOMAIN_ID")
+    env = {k: os.environ[k] for k in keep if k in os.environ}
+    env["CYCLONEDDS_URI"] = (ROBOT_CONFIG if robot else LOOPBACK_CONFIG).as_uri()
+    if robot:
+        env["ROS_LOCALHOST_ONLY"] = "1"
+    env["PYTHONPATH"] = str(ROOT)
+    return env
 
 
 def ros_args(params: dict[str, str]) -> list[str]:
