@@ -153,7 +153,7 @@ class MemoryNode:
 
     def flush(self) -> None:
         """Write what is pending: one Rows per model (another model's rows are refused alone)."""
-        from ..memory.store import Rows, StoreError
+        from ..memory.store import Rows
 
         with self._lock:
             pending, self._pending = self._pending, []
@@ -170,7 +170,8 @@ class MemoryNode:
                              [r[3] for r in part], model, self.cfg.source)  # fmt: skip
                 try:
                     c = self.memory.add(batch)
-                except (StoreError, OSError, ValueError) as err:  # another model; a full disk; the server gone
+                except Exception as err:  # another model, a full disk, the server gone (the engine and its HTTP
+                    # client raise their own types): the rows are refused, counted and logged; the writer goes on
                     self.counters.inc("refused", len(part))
                     self._last_refusal = str(err)
                     self._warn(log.error, "refused %d rows: %s", len(part), err)
