@@ -409,6 +409,76 @@ def test_memory_node_writes_batches_refuses_other_models_and_survives_sigkill(dd
         assert {m.camera for m in check_store_ranks} == {"/visual_features"}
 
 
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 1 MiB tmpfs: a real filesystem that fills (Chroma's SQLite then says "database or disk is full").
+    Mounting needs root (as CI and these machines have); elsewhere the test is a skip that says so."""
+    import subprocess
+
+    mount = tmp_path / "small-disk"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True,
+                          text=True)  # fmt: skip
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here to fill a disk: {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_memory_node_on_a_full_disk_refuses_rows_with_the_reason_and_keeps_running(dds_domain, small_disk, tmp_path):
+    """The store's disk fills under the node: the rows it cannot write are refused and counted with the
+    engine's reason on /diagnostics, the node keeps answering its counters, stops cleanly, and every row it
+    counted as written is in the store."""
+    import json
+
+    from dds_helpers import Inbox, wait_until
+
+    from openclaw_vision.ros.cyclone import CycloneTransport
+    from openclaw_vision.ros.process import NodeProcess
+    from openclaw_vision.ros.types import DEFAULT, DIAGNOSTIC_ARRAY, HEADER, TIME, VISUAL_FEATURES, QoS
+
+    store, stats = small_disk / "store", tmp_path / "stats.json"
+    node = NodeProcess(["--store", str(store), "--transport", "cyclonedds", "--diagnostics-period", "0.2",
+                        "--flush-period", "0.2", "--batch-rows", "50", "--stats-json", str(stats)],
+                       log_path=tmp_path / "memory.log", node="memory")  # fmt: skip
+    t = CycloneTransport("test_memory_full")
+    try:
+        feats = t.publisher("/visual_features", VISUAL_FEATURES, DEFAULT)
+        diag = Inbox()
+        sub = t.subscribe("/diagnostics", DIAGNOSTIC_ARRAY, QoS("reliable", 1), diag)
+        wait_until(lambda: (feats.matched() and sub.matched()) or not node.alive())
+        assert node.alive(), node.log_text()
+
+        def mine(msgs) -> list[tuple[str, dict]]:
+            return [(st.message, {kv.key: kv.value for kv in st.values}) for m in msgs for st in m.status
+                    if st.name == "memory_node: memory"]  # fmt: skip
+
+        vectors = unit(np.random.default_rng(9).standard_normal((600, 512)))
+        for i, vec in enumerate(vectors):  # ~100 rows of 512-d fill what 1 MiB leaves after the store's start
+            s = T0 + i * 1_000_000
+            header = t.msg(HEADER)(stamp=t.msg(TIME)(sec=s // 10**9, nanosec=s % 10**9), frame_id="cam0_optical")
+            feats.publish(t.msg(VISUAL_FEATURES)(header=header, model_id="tiny@seed0", dim=512,
+                                                 embedding=t.float_array(vec)))  # fmt: skip
+        got = diag.wait_for(lambda msgs: any(int(v.get("refused", 0)) > 0 and int(v.get("received", 0)) == 600
+                                             for _, v in mine(msgs)), what="refused rows on a full disk")  # fmt: skip
+        message = next(m for m, v in mine(got) if int(v.get("refused", 0)) > 0)
+        assert "rows refused" in message and "disk is full" in message, message
+        seen = len(diag.items)
+        diag.wait(seen + 3)  # still publishing its counters after the disk filled
+        assert node.alive(), node.log_text()
+        assert node.stop() == 0
+    finally:
+        node.stop()
+        t.close()
+    st = json.loads(stats.read_text())
+    assert st["received"] == 600 and st["refused"] > 0 and st["written"] > 0
+    assert st["written"] + st["refused"] + st["dropped"] == 600  # every row accounted for
+    with VisualMemory(store) as memory:
+        assert len(memory) == st["written"]
+
+
 def test_memory_node_refuses_to_start_on_a_corrupt_store(tmp_path):
     from openclaw_vision import children
 
