@@ -339,8 +339,15 @@ class LabelsConfig(NodeConfig):
 class MemoryConfig(NodeConfig):
     """The memory node: /visual_features rows into a visual-memory store, in batches, with retention."""
 
+    def topics(self) -> tuple[str, ...]:
+        """The features topics the node subscribes to; each row's camera is the topic it came on."""
+        return tuple(self.features_topics) or (self.features_topic,)
+
     # The descriptions are the comments of config/memory.yaml, word for word (test_packaging checks).
     features_topic: str = param("/visual_features", "VisualFeatures topic (the encoder's output)")
+    features_topics: tuple = param(
+        (), "several features topics (a multi-camera node's per-camera ones) instead of features_topic"
+    )  # fmt: skip
     store: str = param("", "store folder or http://HOST:PORT of a Chroma server; empty: memory/ in the data home")
     source: str = param("live", "the rows' source name (part of each row's id, as a bag's path is for `index`)")
     batch_rows: int = param(240, "rows written per store call (one second of 8 cameras at 30 fps)", minimum=1)
@@ -348,6 +355,10 @@ class MemoryConfig(NodeConfig):
     queue_rows: int = param(20000, "rows waiting to be written at most; beyond, new rows are dropped", minimum=1)
     max_rows: int = param(0, "retention: keep at most this many rows (oldest deleted first); 0: no limit", minimum=0)
     max_age: float = param(0.0, "retention: delete rows older than this many seconds; 0: keep all", minimum=0.0)
+    min_free_mb: float = param(
+        64.0, "rows are refused while the store's disk has less free (MiB): the engine hangs on a full disk",
+        minimum=0.0,
+    )  # fmt: skip
     query_service: str = param("/query_memory", "QueryMemory service name (text or vector queries)")
     text_model: str = param("", "text tower ONNX export for text queries (the store's model); empty: vectors only")
     bpe_path: str = param("", "CLIP's merges file for text_model; empty: the data home's, or an installed open_clip's")
@@ -357,6 +368,9 @@ class MemoryConfig(NodeConfig):
     def validate(self) -> MemoryConfig:
         if not self.features_topic or " " in self.features_topic:
             raise self._bad("features_topic", "must be a non-empty ROS topic name")
+        topics = self.features_topics
+        if any(not t or " " in t for t in topics) or len(set(topics)) < len(topics):
+            raise self._bad("features_topics", "must be distinct, non-empty ROS topic names")
         if not self.query_service or " " in self.query_service:
             raise self._bad("query_service", "must be a non-empty ROS service name")
         if not self.source or "|" in self.source:

@@ -411,13 +411,13 @@ def test_memory_node_writes_batches_refuses_other_models_and_survives_sigkill(dd
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A 1 MiB tmpfs: a real filesystem that fills (Chroma's SQLite then says "database or disk is full").
-    Mounting needs root (as CI and these machines have); elsewhere the test is a skip that says so."""
+    """An 8 MiB tmpfs: a real filesystem that fills. Mounting needs root (as CI and these machines have);
+    elsewhere the test is a skip that says so."""
     import subprocess
 
     mount = tmp_path / "small-disk"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True,
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)], capture_output=True,
                           text=True)  # fmt: skip
     if done.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here to fill a disk: {done.stderr.strip()}")
@@ -428,9 +428,10 @@ def small_disk(tmp_path):
 
 
 def test_memory_node_on_a_full_disk_refuses_rows_with_the_reason_and_keeps_running(dds_domain, small_disk, tmp_path):
-    """The store's disk fills under the node: the rows it cannot write are refused and counted with the
-    engine's reason on /diagnostics, the node keeps answering its counters, stops cleanly, and every row it
-    counted as written is in the store."""
+    """The store's disk fills under the node: past `min_free_mb` the rows are refused and counted with the
+    reason on /diagnostics, the node keeps publishing its counters, stops cleanly, and every row it counted as
+    written is in the store. (Without the reserve, Chroma's embedded engine on a really full disk sometimes
+    raises "database or disk is full" and sometimes never returns from the write, which froze the node.)"""
     import json
 
     from dds_helpers import Inbox, wait_until
@@ -441,7 +442,8 @@ def test_memory_node_on_a_full_disk_refuses_rows_with_the_reason_and_keeps_runni
 
     store, stats = small_disk / "store", tmp_path / "stats.json"
     node = NodeProcess(["--store", str(store), "--transport", "cyclonedds", "--diagnostics-period", "0.2",
-                        "--flush-period", "0.2", "--batch-rows", "50", "--stats-json", str(stats)],
+                        "--flush-period", "0.2", "--batch-rows", "50", "--min-free-mb", "6.5",
+                        "--stats-json", str(stats)],
                        log_path=tmp_path / "memory.log", node="memory")  # fmt: skip
     t = CycloneTransport("test_memory_full")
     try:
@@ -456,15 +458,15 @@ def test_memory_node_on_a_full_disk_refuses_rows_with_the_reason_and_keeps_runni
                     if st.name == "memory_node: memory"]  # fmt: skip
 
         vectors = unit(np.random.default_rng(9).standard_normal((600, 512)))
-        for i, vec in enumerate(vectors):  # ~100 rows of 512-d fill what 1 MiB leaves after the store's start
+        for i, vec in enumerate(vectors):  # the first rows fit in the 1.5 MiB above the reserve, the rest do not
             s = T0 + i * 1_000_000
             header = t.msg(HEADER)(stamp=t.msg(TIME)(sec=s // 10**9, nanosec=s % 10**9), frame_id="cam0_optical")
             feats.publish(t.msg(VISUAL_FEATURES)(header=header, model_id="tiny@seed0", dim=512,
                                                  embedding=t.float_array(vec)))  # fmt: skip
-        got = diag.wait_for(lambda msgs: any(int(v.get("refused", 0)) > 0 and int(v.get("received", 0)) == 600
-                                             for _, v in mine(msgs)), what="refused rows on a full disk")  # fmt: skip
+        got = diag.wait_for(lambda msgs: any(int(v.get("refused", 0)) > 0 for _, v in mine(msgs)),
+                            what="refused rows on a full disk")  # fmt: skip
         message = next(m for m, v in mine(got) if int(v.get("refused", 0)) > 0)
-        assert "rows refused" in message and "disk is full" in message, message
+        assert "rows refused" in message and "below min_free_mb 6.5" in message, message
         seen = len(diag.items)
         diag.wait(seen + 3)  # still publishing its counters after the disk filled
         assert node.alive(), node.log_text()
@@ -473,10 +475,52 @@ def test_memory_node_on_a_full_disk_refuses_rows_with_the_reason_and_keeps_runni
         node.stop()
         t.close()
     st = json.loads(stats.read_text())
-    assert st["received"] == 600 and st["refused"] > 0 and st["written"] > 0
-    assert st["written"] + st["refused"] + st["dropped"] == 600  # every row accounted for
+    # every row the node received is accounted for (DDS may not deliver all 600 sent in a burst on a busy machine)
+    assert st["refused"] > 0 and st["written"] > 0
+    assert st["written"] + st["refused"] + st["dropped"] + st["rejected"] == st["received"]
     with VisualMemory(store) as memory:
         assert len(memory) == st["written"]
+
+
+def test_memory_node_on_a_multi_camera_nodes_per_camera_topics(dds_domain, tmp_path):
+    """`features_topics`: the node takes each camera's features topic; every row's camera is the topic it came
+    on, so a search by camera finds that camera's frames only."""
+    from dds_helpers import Inbox, wait_until
+
+    from openclaw_vision.ros.cyclone import CycloneTransport
+    from openclaw_vision.ros.process import NodeProcess
+    from openclaw_vision.ros.types import DEFAULT, DIAGNOSTIC_ARRAY, HEADER, TIME, VISUAL_FEATURES, QoS
+
+    topics = ("/cam0/visual_features", "/cam1/visual_features")
+    store = tmp_path / "store"
+    node = NodeProcess(["--store", str(store), "--transport", "cyclonedds", "--flush-period", "0.2",
+                        "--diagnostics-period", "0.2", "--features-topics", *topics],
+                       log_path=tmp_path / "memory.log", node="memory")  # fmt: skip
+    t = CycloneTransport("test_memory_cams")
+    rows = planted(20)
+    try:
+        pubs = [t.publisher(topic, VISUAL_FEATURES, DEFAULT) for topic in topics]
+        diag = Inbox()
+        sub = t.subscribe("/diagnostics", DIAGNOSTIC_ARRAY, QoS("reliable", 1), diag)
+        wait_until(lambda: (all(p.matched() for p in pubs) and sub.matched()) or not node.alive())
+        assert node.alive(), node.log_text()
+        for i in range(20):  # even rows on cam0's topic, odd ones on cam1's
+            s = rows.stamps_ns[i]
+            header = t.msg(HEADER)(stamp=t.msg(TIME)(sec=s // 10**9, nanosec=s % 10**9), frame_id=rows.frame_ids[i])
+            pubs[i % 2].publish(t.msg(VISUAL_FEATURES)(header=header, model_id=rows.model_id, dim=DIM,
+                                                       embedding=t.float_array(rows.vectors[i])))  # fmt: skip
+        diag.wait_for(lambda msgs: any(kv.key == "written" and kv.value == "20" for m in msgs for st in m.status
+                                       for kv in st.values), what="20 rows written")  # fmt: skip
+        assert node.stop() == 0
+    finally:
+        node.stop()
+        t.close()
+    q = rows.vectors[7]
+    with VisualMemory(store) as memory:
+        assert {m.camera for m in memory.search(q, rows.model_id, top_k=20)} == set(topics)
+        got = memory.search(q, rows.model_id, top_k=3, camera="/cam1/visual_features")
+        want = exact_top(rows, q, 3, np.arange(20) % 2 == 1)
+        assert [m.stamp_ns for m in got] == [rows.stamps_ns[i] for i in want] and got[0].stamp_ns == rows.stamps_ns[7]
 
 
 def test_memory_node_refuses_to_start_on_a_corrupt_store(tmp_path):

@@ -292,6 +292,14 @@ class VisualMemory:
     def __len__(self) -> int:
         return len(self.hot) if self.hot is not None else 0
 
+    def free_bytes(self) -> int | None:
+        """Free bytes on the embedded store's filesystem; None for a server store (its disk is not ours)."""
+        if is_server(self.spec):
+            return None
+        import shutil
+
+        return shutil.disk_usage(self.spec).free
+
     @property
     def cameras(self) -> list[str]:
         return list(self._camera_names)

@@ -34,6 +34,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -72,7 +73,8 @@ class MemoryNode:
         self._warn = Throttle()
         self._last_refusal = ""
         self._diag = transport.publisher("/diagnostics", DIAGNOSTIC_ARRAY, QoS("reliable", 1))
-        self._subs = [transport.subscribe(cfg.features_topic, VISUAL_FEATURES, DEFAULT, self._on_features)]
+        self._subs = [transport.subscribe(topic, VISUAL_FEATURES, DEFAULT, partial(self._on_features, topic))
+                      for topic in cfg.topics()]  # fmt: skip
         self._writer = threading.Thread(target=self._write_loop, name="memory-writer", daemon=True)
         self._thread = threading.Thread(target=self._report, name="diagnostics", daemon=True)
         self._warn_query = Throttle()
@@ -120,7 +122,7 @@ class MemoryNode:
         return self.memory.search(l2_normalise(vector[None])[0], model, top_k, **filters)
 
     # transport thread ---------------------------------------------------------------------
-    def _on_features(self, msg: Any, _deserialize_s: float) -> None:
+    def _on_features(self, topic: str, msg: Any, _deserialize_s: float) -> None:
         from ..preprocess.frame import stamp_to_ns
 
         self.counters.inc("received")
@@ -129,7 +131,7 @@ class MemoryNode:
             self.counters.inc("rejected")
             self._warn(log.warning, "rejected features: %d values, not a finite non-zero vector", vec.size)
             return
-        row = (str(msg.model_id), stamp_to_ns(msg.header.stamp), str(msg.header.frame_id), self.cfg.features_topic,
+        row = (str(msg.model_id), stamp_to_ns(msg.header.stamp), str(msg.header.frame_id), topic,
                vec)  # fmt: skip
         with self._lock:
             if len(self._pending) >= self.cfg.queue_rows:
@@ -151,6 +153,11 @@ class MemoryNode:
             self._wake.clear()
             self.flush()
 
+    def _refuse(self, n: int, why: str) -> None:
+        self.counters.inc("refused", n)
+        self._last_refusal = why
+        self._warn(log.error, "refused %d rows: %s", n, why)
+
     def flush(self) -> None:
         """Write what is pending: one Rows per model (another model's rows are refused alone)."""
         from ..memory.store import Rows
@@ -162,6 +169,11 @@ class MemoryNode:
         by_model: dict[str, list] = {}
         for row in pending:
             by_model.setdefault(row[0], []).append(row)
+        free = self.memory.free_bytes()
+        if free is not None and free < self.cfg.min_free_mb * 2**20:  # never hand the engine a write it cannot end
+            self._refuse(len(pending), f"{free / 2**20:.1f} MiB free on the store's disk, below min_free_mb "
+                         f"{self.cfg.min_free_mb:g}: free space or move the store")  # fmt: skip
+            return
         for model, rows in by_model.items():
             dims = {len(r[4]) for r in rows}
             for dim in sorted(dims):
@@ -172,9 +184,7 @@ class MemoryNode:
                     c = self.memory.add(batch)
                 except Exception as err:  # another model, a full disk, the server gone (the engine and its HTTP
                     # client raise their own types): the rows are refused, counted and logged; the writer goes on
-                    self.counters.inc("refused", len(part))
-                    self._last_refusal = str(err)
-                    self._warn(log.error, "refused %d rows: %s", len(part), err)
+                    self._refuse(len(part), str(err))
                     continue
                 self.counters.inc("written", c.written)
                 self.counters.inc("skipped", c.skipped)
@@ -221,7 +231,8 @@ class MemoryNode:
         self._writer.start()
         self._thread.start()
         log.info("ready: %s -> %s (%d rows, model %s), batches of %d or every %.1f s, transport %s",
-                 self.cfg.features_topic, self.memory.spec, len(self.memory), self.memory.model_id or "not yet set",
+                 ", ".join(self.cfg.topics()), self.memory.spec, len(self.memory),
+                 self.memory.model_id or "not yet set",
                  self.cfg.batch_rows, self.cfg.flush_period, self.transport.name)  # fmt: skip
         log.info(
             "queries on %s: vectors%s",
