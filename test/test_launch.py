@@ -70,3 +70,5 @@ def test_memory_arguments_go_to_the_memory_node_only_when_set():
     # a server URL stays text (YAML would read "10:50" as a base-60 int)
     assert memory_overrides({"store": "http://10.0.0.5:8000", "features_topic": "/f"}) == {
         "store": "http://10.0.0.5:8000", "features_topic": "/f"}
+    assert memory_overrides({"text_model": "/models/ViT-B-32.text.fp32.onnx"}) == {  # a path stays text
+        "text_model": "/models/ViT-B-32.text.fp32.onnx"}

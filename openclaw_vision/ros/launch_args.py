@@ -45,6 +45,7 @@ LABELS_ARGUMENTS = {
 }
 MEMORY_ARGUMENTS = {
     "store": "memory node: store folder or http://HOST:PORT of a Chroma server",
+    "text_model": "memory node: text tower ONNX export for text queries (the store's model); unset: vectors only",
 }
 #: arguments that also set a parameter of another node: the VLM and labels nodes read what the
 #: encoder writes, the VLM takes features of the encoder model's width (its output_dim), and the labels
@@ -55,7 +56,7 @@ LABELS_SHARED = ("features_topic", "model", "output_dim")
 MEMORY_SHARED = ("features_topic",)
 #: arguments taken as text whatever they look like ("yes" or "1" is a label, not a bool or an int; YAML 1.1
 #: reads a HOST:PORT such as "10:50" as the base-60 int 650)
-TEXT_ARGUMENTS = ("labels", "triton_url", "store")
+TEXT_ARGUMENTS = ("labels", "triton_url", "store", "text_model")
 
 
 def user_overrides(values: Mapping[str, str], names) -> dict[str, Any]:
