@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import socket
 import threading
 import time
 from pathlib import Path
@@ -20,6 +19,7 @@ import onnx
 import pytest
 from dds_helpers import Inbox, wait_until
 
+from openclaw_vision.children import free_port
 from openclaw_vision.config import EncoderConfig
 from openclaw_vision.encoders import EncoderError, EncoderOptions, create_encoder
 from openclaw_vision.encoders.onnxruntime import OnnxRuntimeEncoder
@@ -33,12 +33,6 @@ pytestmark = pytest.mark.triton
 
 #: the batcher holds a request this long for others (µs): long enough that two lockstep nodes meet
 QUEUE_DELAY_US = 30000
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def serve(model: Path, port: int, log: Path) -> ServerProcess:

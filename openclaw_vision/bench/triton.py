@@ -84,11 +84,11 @@ def _server_account(url: str, model: str) -> dict:
 
 
 def run_triton(model_path: Path, quick: bool, work: Path) -> dict:
+    from ..children import free_port
     from ..encoders.backends import EncoderOptions
     from ..encoders.onnxruntime import OnnxRuntimeEncoder
     from ..encoders.triton import TritonEncoder, model_name
     from ..serving.process import ServerProcess
-    from ..serving.serve import free_port
 
     cores = os.cpu_count() or 1
     address = f"127.0.0.1:{free_port()}"

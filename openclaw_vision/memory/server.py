@@ -9,20 +9,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import sys
 import time
 from pathlib import Path
 
-from ..children import Child
+from ..children import Child, free_port
 from .store import StoreError
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (the kernel's choice)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def chroma_program() -> str:

@@ -27,11 +27,11 @@ import argparse
 import importlib.util
 import logging
 import os
-import socket
 import sys
 import sysconfig
 from pathlib import Path
 
+from ..children import free_port
 from ..commands import Command
 from ..models.configs import DEFAULT_MODEL
 from ..resources import PRECISIONS, default_model_path
@@ -65,13 +65,6 @@ def split_address(address: str) -> tuple[str, int]:
     if not sep or not port.isdigit():
         raise ValueError(f"--address {address!r}: expected HOST:PORT (e.g. 127.0.0.1:8001)")
     return host.strip("[]") or "127.0.0.1", int(port)
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on `host` now (for the HTTP endpoint PyTriton talks to its server through)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def serve(model_path: Path, address: str = "127.0.0.1:8001", backend: str = "auto", threads: int = 0,
