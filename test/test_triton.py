@@ -241,10 +241,14 @@ def test_a_server_killed_mid_stream_fails_frames_visibly_and_the_node_recovers(t
             for _ in range(4):
                 one()
             assert node.stats()["failed"] == 4 and node.stats()["encoded"] == 3
-            outage = diags.wait_for(lambda m: _triton_state(m, status_values, STATUS_NAME).startswith("unreachable"),
-                                    what="/diagnostics showing the server unreachable")  # fmt: skip
-            values = status_values(outage[-1], STATUS_NAME)
-            assert "Triton" in values["last_failure"] and int(values["failed"]) >= 1
+            # the server's state and the counts are read at slightly different moments: wait for a
+            # message showing both, then its reason must name Triton
+            def down(msgs: list) -> bool:
+                v = _triton_values(msgs, status_values, STATUS_NAME)
+                return v.get("triton_server", "").startswith("unreachable") and int(v["failed"]) >= 1
+
+            outage = diags.wait_for(down, what="/diagnostics showing the server unreachable and the failures")
+            assert "Triton" in _triton_values(outage, status_values, STATUS_NAME)["last_failure"]
             servers.append(serve(tiny_model, port, tmp_path / "serve2.log"))  # back on the same port, while
             starting = threading.Thread(target=servers[-1].start, daemon=True)  # the camera goes on sending
             starting.start()
@@ -275,12 +279,13 @@ def test_a_server_killed_mid_stream_fails_frames_visibly_and_the_node_recovers(t
         test_t.close()
 
 
-def _triton_state(msgs, status_values, name) -> str:
+def _triton_values(msgs, status_values, name) -> dict:
+    """The node status of the latest /diagnostics message that carries the server's state."""
     for m in reversed(msgs):
         v = status_values(m, name)
         if v and "triton_server" in v:
-            return v["triton_server"]
-    return ""
+            return v
+    return {}
 
 
 # --- triton-repo ----------------------------------------------------------------------------------

@@ -222,9 +222,11 @@ class EncoderNode:
         try:
             res = self.pipeline.run([frame for _, (frame, _, _) in batch])
         except Exception as err:  # keep serving frames; the counters, log and diagnostics make it visible
+            # the reason before the counts: /diagnostics reads the counts first, so a message that
+            # shows a failure always carries its reason
+            self.last_failure = str(err) if isinstance(err, EncoderError) else repr(err)
             for cam in cams:
                 self._count(cam, "failed")
-            self.last_failure = str(err) if isinstance(err, EncoderError) else repr(err)
             self._warn_fail(log.error, "encoding a frame failed (a batch of %d, each counted): %s", len(batch),
                             self.last_failure)  # fmt: skip
             return
@@ -238,8 +240,8 @@ class EncoderNode:
             try:
                 cam.features.publish(features_message(self.transport, header, res.model_id, res.vectors[row]))
             except Exception as err:
-                self._count(cam, "failed")
                 self.last_failure = repr(err)
+                self._count(cam, "failed")
                 self._warn_fail(log.error, "publishing features of %s failed: %r", cam.spec.topic, err)
                 continue
             self._time(cam, "publish", time.perf_counter() - t0)
