@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import threads
 from . import dds_config
 from .dds_types import field_names, idl_type, service_wire_type
 from .subscription import DdsQos, SampleIntake, reader_qos, writer_qos
@@ -248,7 +249,7 @@ class _Subscription:
         self.zero_copy = self._lib is not None  # else the binding's take, one copy
         self._reliable = qos.reliability == "reliable"
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"dds-take{intake.topic}", daemon=True)
+        self._thread = threads.Thread(target=self._run, name=f"dds-take{intake.topic}", daemon=True)
         self._thread.start()
 
     def _take(self) -> tuple[Any, bool] | None:
@@ -375,7 +376,7 @@ class _Service:
         self._handler, self._fields = handler, field_names(srv_type + RESPONSE)
         self.failed = 0
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"dds-service{name}", daemon=True)
+        self._thread = threads.Thread(target=self._run, name=f"dds-service{name}", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import config as cfgmod
+from .. import threads
 from ..bags import COMPRESSED_SUFFIX
 from ..build import projected_name
 from ..encoders import EncoderError, EncoderOptions, ImageEncoder, create_encoder
@@ -164,8 +165,8 @@ class EncoderNode:
         for cam in self.cameras.values():
             cam.images = self._subscribe_images(cam)
         self._threads = [
-            threading.Thread(target=self._work, name="encoder-worker", daemon=True),
-            threading.Thread(target=self._report, name="diagnostics", daemon=True),
+            threads.Thread(target=self._work, name="encoder-worker", daemon=True),
+            threads.Thread(target=self._report, name="diagnostics", daemon=True),
         ]
 
     @property

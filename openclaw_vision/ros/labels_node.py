@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from .. import config as cfgmod
+from .. import threads
 from ..errors import OpenclawError
 from ..stats import Counters, StageTimes
 from .diagnostics import OK, WARN, diagnostic_array, stage_values
@@ -66,7 +67,7 @@ class LabelsNode:
         self._subs = [transport.subscribe(cfg.features_topic, VISUAL_FEATURES, DEFAULT, self._on_features)]
         if cfg.set_labels_topic:
             self._subs.append(transport.subscribe(cfg.set_labels_topic, STRING, DEFAULT, self._on_set_labels))
-        self._thread = threading.Thread(target=self._report, name="diagnostics", daemon=True)
+        self._thread = threads.Thread(target=self._report, name="diagnostics", daemon=True)
 
     # label sets ---------------------------------------------------------------------------
     def _label_set(self, params: dict[str, Any]):

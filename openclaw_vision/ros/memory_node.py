@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from .. import config as cfgmod
+from .. import threads
 from ..errors import OpenclawError
 from ..numerics import l2_normalise
 from ..stats import Counters
@@ -75,8 +76,8 @@ class MemoryNode:
         self._diag = transport.publisher("/diagnostics", DIAGNOSTIC_ARRAY, QoS("reliable", 1))
         self._subs = [transport.subscribe(topic, VISUAL_FEATURES, DEFAULT, partial(self._on_features, topic))
                       for topic in cfg.topics()]  # fmt: skip
-        self._writer = threading.Thread(target=self._write_loop, name="memory-writer", daemon=True)
-        self._thread = threading.Thread(target=self._report, name="diagnostics", daemon=True)
+        self._writer = threads.Thread(target=self._write_loop, name="memory-writer", daemon=True)
+        self._thread = threads.Thread(target=self._report, name="diagnostics", daemon=True)
         self._warn_query = Throttle()
         self._last_query_error = ""
         self._response = transport.msg(QUERY_MEMORY + RESPONSE)

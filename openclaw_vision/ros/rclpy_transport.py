@@ -26,6 +26,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from .. import threads
 from ..config import ConfigError, NodeConfig, Param
 from . import dds_config
 from .subscription import DdsQos, SampleIntake, reader_qos, writer_qos
@@ -176,7 +177,7 @@ class RclpyTransport:
         self._executor = MultiThreadedExecutor()
         self._executor.add_node(self.node)
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._spin, name="rclpy-spin")
+        self._thread = threads.Thread(target=self._spin, name="rclpy-spin")
         self._thread.start()
 
     def _spin(self) -> None:

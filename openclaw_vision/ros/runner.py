@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from .. import config as cfgmod
+from .. import threads
 from ..resources import share_path
 from .ros_args import ros_parameters, split_ros_args
 from .transport import create_transport
@@ -105,12 +106,13 @@ def run_until_signal(node, stats_json: Path | None, counts: tuple[str, ...], log
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())
     done.wait()
+    named = threads.ours()  # before stop(): the ids of the node's threads, for per-thread CPU (bench)
     node.stop()
     stats = node.stats()
     log.info("stopped: %s", json.dumps({k: stats[k] for k in counts if k in stats}))
     if stats_json:
         stats_json.parent.mkdir(parents=True, exist_ok=True)
-        stats_json.write_text(json.dumps(stats, indent=2))
+        stats_json.write_text(json.dumps({**stats, "threads": {str(k): v for k, v in named.items()}}, indent=2))
     return stats
 
 

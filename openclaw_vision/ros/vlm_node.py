@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from .. import config as cfgmod
+from .. import threads
 from ..errors import OpenclawError
 from ..stats import Counters, StageTimes
 from .diagnostics import OK, WARN, diagnostic_array, stage_values
@@ -84,8 +85,8 @@ class VlmNode:
             transport.subscribe(cfg.prompt_topic, STRING, DEFAULT, self._on_prompt),
         ]
         self._threads = [
-            threading.Thread(target=self._work, name="vlm-worker", daemon=True),
-            threading.Thread(target=self._report, name="diagnostics", daemon=True),
+            threads.Thread(target=self._work, name="vlm-worker", daemon=True),
+            threads.Thread(target=self._report, name="diagnostics", daemon=True),
         ]
 
     # transport threads ------------------------------------------------------------------
