@@ -191,7 +191,8 @@ class EncoderConfig(NodeConfig):
     threads: int = param(_OPTS.threads, "inference threads, 0 = one per core", minimum=0)
     performance_hint: str = param(
         _OPTS.performance_hint,
-        "OpenVINO's PERFORMANCE_HINT: latency (one frame at a time, the node's case) or throughput",
+        "OpenVINO: latency = a batch as one request on all threads; throughput = each frame of a batch a request "
+        "on one of NUM_STREAMS streams; auto = latency for a lone frame, streams for a batch of several",
         choices=PERFORMANCE_HINTS,
     )  # fmt: skip
     gate: str = param(

@@ -74,7 +74,7 @@ def play(bag: Path, n: int, fps: float, seconds: float, compressed: bool, out: P
             return 1
         time.sleep(0.05)
     print("ready", flush=True)
-    period, sent = 1.0 / fps, [0] * n
+    period, sent, stamps = 1.0 / fps, [0] * n, [[] for _ in range(n)]
     start = time.monotonic()
     due, tick = start, 0
     while (now := time.monotonic()) < start + seconds:
@@ -85,8 +85,10 @@ def play(bag: Path, n: int, fps: float, seconds: float, compressed: bool, out: P
             ns = time.time_ns()
             pub.publish(cdr.restamp(frames[(tick + k) % len(frames)], ns // 1_000_000_000, ns % 1_000_000_000))
             sent[k] += 1
+            stamps[k].append(ns)
         tick += 1
-    out.write_text(json.dumps({"sent": sent, "seconds": time.monotonic() - start}))
+    # every frame's stamp: what was sent inside a measuring window is counted, not estimated from a rate
+    out.write_text(json.dumps({"sent": sent, "seconds": time.monotonic() - start, "stamps_ns": stamps}))
     time.sleep(0.3)
     t.close()
     return 0
@@ -312,6 +314,9 @@ def run_cameras(args, work: Path) -> dict:
     """Every N of `args.cameras`, multi then single, one after the other in this run."""
     if args.quick:  # repeat runs: shorter windows, same table
         args.seconds, args.warmup = min(args.seconds, 4.0), min(args.warmup, 1.5)
+    from ..config import IMAGE_TRANSPORTS
+
+    args.camera_transport = args.camera_transport or IMAGE_TRANSPORTS[0]
     compressed = args.camera_transport == "compressed"
     bag = work / f"cameras_frames_{args.camera_transport}"
     if not bag.exists():

@@ -23,6 +23,10 @@ GOALS: dict[str, float] = {
     "cameras_fps_ratio": 1.3,  # one multi-camera node's frames/s over N single-camera nodes'
     "cameras_rss_ratio": 1.3,  # the multi-camera node's RSS over one single-camera node's
     "cameras_min_share": 0.8,  # slowest camera's rate over the mean per-camera rate
+    # capacity mode
+    "capacity_share": 0.9,  # one raw camera: node capacity over 1 / (1/transport ceiling + 1/compute alone)
+    "encode_of_int8_peak": 0.85,  # best INT8 encode per frame at batch 4 or 8 over the runtime's INT8 GEMM peak
+    "newest_frame_bound": 1.25,  # stamp->features P99 at 30 fps over compute P99 + P50 (one frame ahead)
     # memory mode, judged at bench/memory.GOAL_ROWS rows of 512-d
     "memory_query_p99_ms": 20.0,  # the store's query path
     "memory_recall_at_10": 0.95,  # its top-10 against exact NumPy top-k

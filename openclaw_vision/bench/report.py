@@ -88,6 +88,7 @@ def goals(result: dict) -> list[dict]:
     out += result.get("vlm_gguf_goals", [])  # measured and judged by bench/vlm.py run_gguf
     out += result.get("cameras", {}).get("goals", [])
     out += result.get("memory", {}).get("goals", [])
+    out += result.get("capacity", {}).get("goals", [])
     node = result.get("node")
     if node and node.get("e2e_p99_over_compute_p99") is not None:
         r = node["e2e_p99_over_compute_p99"]
@@ -222,6 +223,10 @@ def markdown(result: dict) -> str:
         from .cameras import markdown as cameras_markdown
 
         lines += cameras_markdown(result["cameras"])
+    if result.get("capacity"):
+        from .capacity import markdown as capacity_markdown
+
+        lines += capacity_markdown(result["capacity"])
     if result.get("memory"):
         from .memory import markdown as memory_markdown
 
@@ -276,6 +281,10 @@ def plots(result: dict, out: Path) -> list[Path]:
         ax.set_title("Encoder node stages at 30 fps")
         ax.legend(fontsize=8)
         made.append(_save(plt, fig, out / "node_stages.png"))
+    if result.get("capacity"):
+        from .capacity import cpu_figure
+
+        made.append(_save(plt, cpu_figure(plt, result["capacity"]), out / "capacity_cpu.png"))
     return made
 
 

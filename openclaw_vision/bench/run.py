@@ -13,13 +13,13 @@ from . import report
 from .harness import host_info, versions
 
 #: "all" = the encoder modes; the others alone
-MODES = ("stages", "node", "roofline", "all", "vlm", "cameras", "triton", "memory")
+MODES = ("stages", "node", "roofline", "all", "vlm", "cameras", "capacity", "triton", "memory")
 
 
 def run_bench(args: argparse.Namespace) -> dict:
     t0 = time.perf_counter()
     modes = ("stages", "node", "roofline") if args.mode == "all" else (args.mode,)
-    if set(modes) & {"stages", "node", "roofline", "cameras"}:
+    if set(modes) & {"stages", "node", "roofline", "cameras", "capacity"}:
         args.model = canonical_name(args.model)  # the node's `model` parameter takes the registered spelling
         model_path = ensure_fp32(args.model, args.model_path)
         int8_path = args.int8_model_path or ensure_int8(args.model, fp32_path=args.model_path)
@@ -70,6 +70,13 @@ def run_bench(args: argparse.Namespace) -> dict:
         args.int8_model_path = Path(int8_path)
         result["cameras"] = run_cameras(args, args.out)
         result["precision"], result["backend"] = "int8", f"{args.backend} (node default)"
+    if "capacity" in modes:
+        from .capacity import run_capacity
+
+        args.int8_model_path = Path(int8_path)
+        result["capacity"] = run_capacity(args, args.out)
+        result["precision"] = result["capacity"]["precision"]
+        result["backend"] = f"{result['capacity']['backend']} (the node's, --backend {args.backend})"
     if "triton" in modes:
         from .triton import run_triton
 
@@ -117,9 +124,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--cameras", type=lambda s: tuple(int(n) for n in s.split(",")), default=CAMERA_COUNTS,
         help=f"cameras mode: camera counts, e.g. {','.join(map(str, CAMERA_COUNTS))}",
     )  # fmt: skip
-    p.add_argument(
-        "--camera-transport", choices=IMAGE_TRANSPORTS, default=IMAGE_TRANSPORTS[0], help="cameras mode: Image or JPEG"
-    )
+    p.add_argument("--camera-transport", choices=IMAGE_TRANSPORTS, default=None,
+                   help=f"cameras mode: Image or JPEG (default {IMAGE_TRANSPORTS[0]}); capacity mode: only this one "
+                   "(default both)")  # fmt: skip
     p.add_argument("--seconds", type=float, default=10.0, help="cameras mode: measured seconds per trial")
     p.add_argument("--warmup", type=float, default=2.0, help="cameras mode: seconds played before measuring")
     p.add_argument("--backend", default="auto", help="cameras mode: the nodes' backend")

@@ -1,0 +1,527 @@
+"""`capacity` mode: the encoder node at this machine's limit, and where every core-millisecond goes.
+
+    player process ──(N camera topics)──DDS──► node process ──features──► this process (counts, stamps)
+    player process ──(N camera topics)──DDS──► echo process ──a header back per frame──► this process
+
+For 1 and 4 cameras, raw rgb8 1080p and JPEG, with the sender in a process of its own:
+
+- **capacity**: the highest offered rate per camera at which fewer than 5 % of the frames sent
+  inside the measured window fail to come back as features (ros2_benchmark's method: a search over
+  short trials, not capped at the camera rate). Each trial says the rate offered and the rate the
+  player achieved; where the player falls short, the capacity is the sender's (`sender_limited`).
+- **compute-bound rate**: the node's own backend, precision, threads and batch (min(N, max_batch))
+  run in this process on frames in memory while nothing else runs: what the CPU allows the
+  encoding alone.
+- **transport ceiling**: the same search into a bare subscriber (`echo`: the node's transport and
+  QoS, every frame deserialised and validated as the node does, its header sent back, no encode).
+- **per-thread CPU** of the node (and of the echo and the player) in each trial, from
+  /proc/<pid>/task (threads.py): per frame that came back, by thread role (Cyclone's own threads,
+  our transport thread, the worker, the runtime's pool, diagnostics, main), and the worker's stage
+  times per frame beside it.
+- **INT8 encode per frame vs the INT8 GEMM peak** at batch 1, 4 and 8, on the node's backend, the
+  runtime's INT8 GEMM timed in the same interleaved rounds (a peak timed alone once met another
+  job's load).
+- **four cameras at 30 fps**: one multi-camera node against four single-camera nodes (bench/cameras.py
+  setups), raw and JPEG.
+
+The goals (bench/goals.py) are judged from ratios of this one run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import bags, children, threads
+from ..stats import Variant, percentiles, run_interleaved
+from .cameras import FPS, PLAYER_FRAMES, _Features, run_setup, topics
+from .cameras import _node_args as _camera_node_args
+from .goals import GOALS, row, within
+from .node import MAX_DROP, BenchError
+
+log = logging.getLogger(__name__)
+
+#: what the capacity goals are judged on, and the batch sizes of the encode-vs-peak table
+CAPACITY_CAMERAS = (1, 4)
+TRANSPORTS = ("raw", "compressed")
+ENCODE_BATCHES = (1, 4, 8)
+
+
+# --- the echo: the transport's own ceiling (a process of its own) ------------------------------------
+
+
+def echo(n: int, compressed: bool) -> int:
+    """Subscribe to the N camera topics as the node does (its QoS, its validation of each frame) and send
+    each frame's header back on the camera's features topic, with no embedding: no decode, no encode."""
+    import numpy as np
+
+    from ..config import EncoderConfig
+    from ..ros.convert import compressed_to_frame, features_message, image_to_frame
+    from ..ros.cyclone import CycloneTransport
+    from ..ros.types import COMPRESSED_IMAGE, IMAGE, VISUAL_FEATURES, QoS
+
+    cfg = EncoderConfig()
+    qos = QoS(cfg.reliability, cfg.depth)
+    to_frame = compressed_to_frame if compressed else image_to_frame
+    t = CycloneTransport("capacity_echo")
+    done = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: done.set())
+    empty = np.zeros(0, np.float32)
+    subs = []
+    for image, feats in topics(n, compressed):
+        pub = t.publisher(feats, VISUAL_FEATURES, QoS("reliable", 10))
+
+        def on(msg, _deserialize_s: float, pub=pub) -> None:
+            to_frame(msg)  # what the node's transport thread does with every frame
+            pub.publish(features_message(t, msg.header, "echo", empty))
+
+        subs.append(t.subscribe(image, COMPRESSED_IMAGE if compressed else IMAGE, qos, on))
+    done.wait()
+    t.close()
+    return 0
+
+
+# --- one receiver (node or echo) fed by the player at several rates ------------------------------------
+
+
+@dataclass
+class Trial:
+    """One player run into one receiver: what was offered, sent and came back inside the window."""
+
+    cameras: int
+    offered_fps: float  # per camera
+    send_fps: float  # per camera, what the player achieved
+    sent: int  # frames stamped inside the window, all cameras
+    back: int  # of those, how many came back (features or echoes)
+    latency_ms: dict
+    cpu_ms_per_frame: dict  # thread role → core-ms per frame that came back
+    player_cpu_ms_per_frame: float
+
+    @property
+    def drop_fraction(self) -> float:
+        return 1 - self.back / self.sent if self.sent else 1.0
+
+    @property
+    def sender_limited(self) -> bool:
+        return self.send_fps < 0.95 * self.offered_fps
+
+    def record(self) -> dict:
+        return {
+            "offered_fps": round(self.offered_fps, 2),
+            "send_fps": round(self.send_fps, 2),
+            "sent": self.sent,
+            "back": self.back,
+            "drop_fraction": round(self.drop_fraction, 4),
+            "sender_limited": self.sender_limited,
+            "latency_ms": self.latency_ms,
+            "cpu_ms_per_frame": self.cpu_ms_per_frame,
+            "player_cpu_ms_per_frame": self.player_cpu_ms_per_frame,
+        }
+
+
+def thread_role(tid: int, comm: str, pid: int, main_comm: str, named: dict[int, str]) -> str:
+    """Which part of the receiver a thread is: by its kernel name (threads.Thread names ours), and where
+    the receiver said which ids are its own (`named`), a thread with one of our names but another id is
+    a runtime's pool thread started from that thread. Every other thread is Cyclone's own."""
+    if tid == pid:
+        return "main"
+    ours = {name[: threads.NAME_BYTES] for name in named.values()}
+    if comm.startswith(("dds-take", "dds-service")):
+        return "transport thread (take, deserialize, validate)"
+    if comm in ours and tid not in named:
+        return f"runtime pool (started by {comm})"
+    if comm == "encoder-worker":
+        return "worker (decode, preprocess, encode call, publish)"
+    if comm == main_comm:
+        return "runtime pool (started at load)"
+    return comm if comm in ours else "cyclone threads (receive, send, timers)"
+
+
+class Receiver:
+    """A node or an echo process with this process's feature subscriptions, fed by player runs."""
+
+    def __init__(self, child: children.Child, n: int, compressed: bool, work: Path,
+                 stack: contextlib.ExitStack) -> None:  # fmt: skip
+        from ..ros.cyclone import CycloneTransport
+        from ..ros.types import VISUAL_FEATURES, QoS
+
+        self.n, self.compressed, self.work = n, compressed, work
+        self.transport = CycloneTransport("capacity_bench")
+        stack.callback(self.transport.close)
+        self.feats = _Features(n)
+        subs = [self.transport.subscribe(f, VISUAL_FEATURES, QoS("reliable", 100), self.feats.callback(k))
+                for k, (_, f) in enumerate(topics(n, compressed))]  # fmt: skip
+        self.child = stack.enter_context(child)
+        deadline = time.monotonic() + 180
+        while not all(s.matched() for s in subs):
+            if time.monotonic() > deadline or self.child.proc.poll() is not None:
+                raise BenchError(f"the receiver did not start ({self.child.how}): {self.child.log_text()[-1500:]}")
+            time.sleep(0.1)
+        self.trials: list[Trial] = []
+        self._cpu: list[tuple[dict, dict]] = []  # per trial: thread CPU at the window's start and end
+
+    def trial(self, fps: float, seconds: float, warmup: float, bag: Path) -> Trial:
+        """Play `fps` per camera for warmup + seconds; count what came back of the frames stamped in the window."""
+        out = self.work / f"player-{len(self.trials)}.json"
+        argv = children.python("-m", "openclaw_vision.bench.cameras", "play", str(bag), str(self.n), str(fps),
+                               str(warmup + seconds), "compressed" if self.compressed else "raw", str(out))  # fmt: skip
+        with children.Child(argv, log_path=self.work / "player.log", stdout_pipe=True) as player:
+            if player.proc.stdout.readline().strip() != "ready":
+                raise BenchError(f"the player found no receiver ({player.how}): {player.log_text()[-1500:]}")
+            time.sleep(warmup)
+            window0, cpu0, p0 = time.time_ns(), threads.cpu_by_thread(self.child.pid), _cpu_s(player.pid)
+            time.sleep(seconds)
+            window1, cpu1, p1 = time.time_ns(), threads.cpu_by_thread(self.child.pid), _cpu_s(player.pid)
+            if player.wait(timeout=60) is None:
+                raise BenchError("the player did not finish within 60 s of its window")
+        time.sleep(1.0)  # the window's last frames come back
+        played = json.loads(out.read_text())
+        sent = sum(window0 <= s < window1 for cam in played["stamps_ns"] for s in cam)
+        with self.feats.lock:
+            got = [(k, r, s) for k, cam in enumerate(self.feats.got) for r, s in cam if window0 <= s < window1]
+        back = len({(k, s) for k, _, s in got})  # a frame counts once per camera
+        self._cpu.append((cpu0, cpu1))
+        t = Trial(
+            cameras=self.n,
+            offered_fps=fps,
+            send_fps=sum(played["sent"]) / self.n / played["seconds"],
+            sent=sent,
+            back=min(back, sent),
+            latency_ms={q: round(v, 2) for q, v in percentiles([(r - s) / 1e6 for _, r, s in got], (50, 99)).items()},
+            cpu_ms_per_frame={},
+            player_cpu_ms_per_frame=round(1e3 * (p1 - p0) / max(back, 1), 2),
+        )
+        self.trials.append(t)
+        log.info("%s x%d at %.1f fps/camera: %d of %d back", self.work.name, self.n, fps, t.back, t.sent)
+        return t
+
+    def attribute(self, named: dict[int, str]) -> None:
+        """Per-thread CPU of every trial by role, once the receiver has said which thread ids are its own."""
+        pid = self.child.pid
+        for t, (cpu0, cpu1) in zip(self.trials, self._cpu, strict=True):
+            main_comm = cpu1[pid].comm if pid in cpu1 else ""
+            by_role: dict[str, float] = {}
+            for tid, c in cpu1.items():
+                used = c.cpu_s - (cpu0[tid].cpu_s if tid in cpu0 else 0.0)
+                role = thread_role(tid, c.comm, pid, main_comm, named)
+                by_role[role] = by_role.get(role, 0.0) + used
+            t.cpu_ms_per_frame = {r: round(1e3 * s / max(t.back, 1), 2) for r, s in sorted(by_role.items())}
+
+
+def _cpu_s(pid: int) -> float:
+    return sum(c.cpu_s for c in threads.cpu_by_thread(pid).values())
+
+
+def search(measure, guess: float, steps: int) -> tuple[Trial | None, list[Trial]]:
+    """The highest rate with < MAX_DROP lost, in `steps` trials: up from `guess` by 1.5x while trials
+    pass (never capped), down by half while they fail, then bisection between the highest pass and the
+    lowest fail. A passing trial the player could not feed at its offered rate ends the search: the
+    sender is the limit there, and the report says so."""
+    lo = hi = None  # highest passing, lowest failing offered rate
+    best, tried, rate = None, [], guess
+    for _ in range(steps):
+        t = measure(rate)
+        tried.append(t)
+        if t.drop_fraction < MAX_DROP:
+            best, lo = t, rate
+            if t.sender_limited:
+                break
+            rate = rate * 1.5 if hi is None else (lo + hi) / 2
+        else:
+            hi = rate
+            rate = rate * 0.5 if lo is None else (lo + hi) / 2
+    return best, tried
+
+
+# --- compute alone -------------------------------------------------------------------------------------
+
+
+def compute_bound(bag: Path, model_path: Path, backend: str, precision: str, batch: int, seconds: float) -> dict:
+    """Frames/s of the node's pipeline (its backend, precision, default threads) on batches of `batch`
+    frames in memory, and the per-call latency percentiles at that batch."""
+    from ..encoders import create_encoder
+    from ..pipeline import FramePipeline
+
+    encoder = create_encoder(backend, model_path)
+    if encoder.precision != precision:
+        raise BenchError(f"compute alone runs {encoder.precision} on {backend}, the node ran {precision}")
+    pipeline = FramePipeline(encoder)
+    batch = min(batch, pipeline.max_batch)
+    frames = list(bags.iter_frames(bag, limit=PLAYER_FRAMES))
+    calls, k = [], 0
+    for _ in range(2):  # warm-up
+        pipeline.run(frames[:batch])
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        t0 = time.perf_counter()
+        pipeline.run([frames[(k + j) % len(frames)] for j in range(batch)])
+        calls.append((time.perf_counter() - t0) * 1e3)
+        k += batch
+    total_s = sum(calls) / 1e3
+    return {
+        "backend": encoder.backend,
+        "precision": encoder.precision,
+        "batch": batch,
+        "frames_per_s": round(batch * len(calls) / total_s, 2),
+        "call_ms": {q: round(v, 2) for q, v in percentiles(calls, (50, 99)).items()},
+    }
+
+
+def encode_vs_peak(model: str, model_path: Path, backend: str, quick: bool) -> dict:
+    """INT8 encode per frame at each batch of ENCODE_BATCHES against the runtime's INT8 GEMM peak, timed
+    in the same interleaved rounds; the fraction is the model's ops per frame over the time, over the peak."""
+    import numpy as np
+
+    from ..encoders import create_encoder
+    from ..models.configs import get_config
+    from .roofline import int8_gemm_call
+    from .stages import PEAK_GEMM_N
+
+    encoder = create_encoder(backend, model_path)
+    batches = [b for b in ENCODE_BATCHES if b <= encoder.max_batch]
+    s = encoder.image_size
+    rng = np.random.default_rng(0)
+    inputs = {b: rng.standard_normal((b, 3, s, s), dtype=np.float32) for b in batches}
+    variants = [Variant(f"encode/{backend}-int8", lambda b=b: encoder.encode(inputs[b]), batch=b) for b in batches]
+    peak = Variant(f"peak/int8-gemm-{backend}", int8_gemm_call(backend, PEAK_GEMM_N), group="peak")
+    rounds, iters = (3, 3) if quick else (6, 6)
+    run_interleaved([*variants, peak], rounds, iters)
+    peak_gops = 2 * PEAK_GEMM_N**3 / (min(peak.samples_ms) / 1e3) / 1e9
+    ops = get_config(model.split("@")[0]).flops_per_image()
+    rows = []
+    for v in variants:
+        per_frame_ms = float(np.median(v.samples_ms)) / v.batch
+        gops = ops / (per_frame_ms / 1e3) / 1e9
+        rows.append({"batch": v.batch, "per_frame_ms": round(per_frame_ms, 2), "gops": round(gops, 1),
+                     "of_peak": round(gops / peak_gops, 3)})  # fmt: skip
+    return {"backend": backend, "peak_gops": round(peak_gops, 1), "rows": rows}
+
+
+# --- the run ---------------------------------------------------------------------------------------------
+
+
+def _node_args(args, n: int, compressed: bool, stats: Path) -> list[str]:
+    """The multi-camera node of bench/cameras.py (its defaults: sensor-data QoS, auto threads and batch)."""
+    return [*_camera_node_args(args.model, args.int8_model_path, args.backend, stats),
+            "--image-topics", *(image for image, _ in topics(n, compressed))]  # fmt: skip
+
+
+def _bag(work: Path, compressed: bool) -> Path:
+    bag = work / f"cameras_frames_{'compressed' if compressed else 'raw'}"
+    if not bag.exists():
+        bags.write_sample_bag(bag, frames=PLAYER_FRAMES, fps=FPS, compressed="jpeg" if compressed else "")
+    return bag
+
+
+def measure_node(args, n: int, compressed: bool, bag: Path, work: Path, guess: float,
+                 expect: tuple[str, str]) -> dict:  # fmt: skip
+    """The node for n cameras: a trial at 30 fps per camera, then the capacity search; per-thread CPU of each."""
+    from ..ros.process import NodeProcess
+
+    work.mkdir(parents=True, exist_ok=True)
+    stats_path = work / "stats.json"
+    with contextlib.ExitStack() as stack:
+        node = NodeProcess(_node_args(args, n, compressed, stats_path), log_path=work / "node.log")
+        rx = Receiver(node, n, compressed, work, stack)
+        at30 = rx.trial(FPS, args.seconds, args.warmup, bag)
+        best, tried = search(lambda f: rx.trial(f, args.seconds, args.warmup, bag), guess, 4 if args.quick else 6)
+        rx.child.stop(timeout=60)  # SIGINT: the node writes its --stats-json on the way out
+    stats = json.loads(stats_path.read_text())
+    if (stats.get("backend"), stats.get("precision")) != expect:
+        raise BenchError(f"the node ran {stats.get('backend')} {stats.get('precision')}, the figures measured "
+                         f"alone are {' '.join(expect)}: they would not compare")  # fmt: skip
+    rx.attribute({int(k): v for k, v in stats.get("threads", {}).items()})
+    return _result(n, compressed, at30, best, tried, stats)
+
+
+def measure_echo(args, n: int, compressed: bool, bag: Path, work: Path, guess: float) -> dict:
+    from ..ros.dds_config import chosen_uri
+
+    work.mkdir(parents=True, exist_ok=True)
+    with contextlib.ExitStack() as stack:
+        argv = children.python("-m", "openclaw_vision.bench.capacity", "echo", str(n),
+                               "compressed" if compressed else "raw")  # fmt: skip
+        env = {"CYCLONEDDS_URI": chosen_uri(os.environ)}  # loopback, as the nodes (ros/process.py)
+        rx = Receiver(children.Child(argv, log_path=work / "echo.log", env=env), n, compressed, work, stack)
+        best, tried = search(lambda f: rx.trial(f, args.seconds, args.warmup, bag), guess, 4 if args.quick else 6)
+        rx.attribute({})
+    return _result(n, compressed, None, best, tried, {})
+
+
+def _result(n: int, compressed: bool, at30: Trial | None, best: Trial | None, tried: list[Trial], stats: dict) -> dict:
+    worker = {}
+    for stage, v in (stats.get("stages_ms") or {}).items():
+        if v.get("n"):
+            worker[stage] = v["p50"]
+    return {
+        "cameras": n,
+        "transport": "compressed" if compressed else "raw",
+        "capacity_fps_per_camera": round(best.send_fps, 2) if best else None,
+        "capacity_fps_total": round(best.send_fps * n, 2) if best else None,
+        "sender_limited": best.sender_limited if best else False,
+        "at_30fps": at30.record() if at30 else None,
+        "at_capacity": best.record() if best else None,
+        "trials": [t.record() for t in tried],
+        "backend": stats.get("backend"),
+        "precision": stats.get("precision"),
+        "max_batch": stats.get("max_batch"),
+        "stage_p50_ms": worker,
+    }
+
+
+def _backend_of(args) -> tuple[str, str]:
+    """The backend and precision `--backend` resolves to here (`auto`: the node's own choice, the same
+    rule); each node run checks its /diagnostics-reported backend against it (`_result`)."""
+    from ..encoders import create_encoder
+
+    enc = create_encoder(args.backend, args.int8_model_path)
+    return enc.backend, enc.precision
+
+
+def run_capacity(args, work: Path) -> dict:
+    """Every (transport, N) of TRANSPORTS x args.cameras: compute alone, the transport's ceiling, the node."""
+    if args.quick:
+        args.seconds, args.warmup = min(args.seconds, 3.0), min(args.warmup, 1.0)
+    work = work / "capacity"
+    transports = [args.camera_transport] if args.camera_transport else list(TRANSPORTS)
+    cams = tuple(n for n in args.cameras if n in CAPACITY_CAMERAS) or CAPACITY_CAMERAS
+    backend, precision = _backend_of(args)
+    out: dict = {"backend": backend, "precision": precision, "seconds": args.seconds, "warmup": args.warmup,
+                 "compute": [], "ceiling": [], "node": [], "four_cameras": []}  # fmt: skip
+    out["encode_vs_peak"] = encode_vs_peak(args.model, args.int8_model_path, backend, args.quick)
+    for transport in transports:
+        compressed = transport == "compressed"
+        bag = _bag(work, compressed)
+        for n in cams:
+            c = compute_bound(bag, args.int8_model_path, backend, precision, n, 2.0 if args.quick else 5.0)
+            out["compute"].append({"cameras": n, "transport": transport, **c})
+            ceiling = measure_echo(args, n, compressed, bag, work / f"echo-{transport}-{n}", guess=120.0 / n)
+            out["ceiling"].append(ceiling)
+            combined = _combined(c["frames_per_s"], ceiling["capacity_fps_total"])
+            node = measure_node(args, n, compressed, bag, work / f"node-{transport}-{n}",
+                                guess=(combined or c["frames_per_s"]) / n, expect=(backend, precision))  # fmt: skip
+            node["compute_frames_per_s"] = c["frames_per_s"]
+            node["ceiling_fps_total"] = ceiling["capacity_fps_total"]
+            node["combined_limit_fps"] = combined
+            out["node"].append(node)
+            print(_line(node), flush=True)
+        if 4 in cams and not args.quick:
+            args.camera_transport = transport
+            for setup in ("multi", "single"):
+                out["four_cameras"].append(run_setup(setup, 4, args, bag, work / f"four-{transport}"))
+        args.camera_transport = None if len(transports) > 1 else transport
+    out["goals"] = goals(out)
+    return out
+
+
+def _combined(compute_fps: float, ceiling_fps: float | None) -> float | None:
+    """The rate of a receiver that pays both costs on one CPU: 1 / (1/ceiling + 1/compute)."""
+    if not ceiling_fps or not compute_fps:
+        return None
+    return round(1 / (1 / ceiling_fps + 1 / compute_fps), 2)
+
+
+def _line(node: dict) -> str:
+    cap = node["capacity_fps_total"]
+    return (f"capacity {node['transport']} x{node['cameras']}: {cap} frames/s total "
+            f"(compute alone {node['compute_frames_per_s']}, transport ceiling {node['ceiling_fps_total']}, "
+            f"combined limit {node['combined_limit_fps']})")  # fmt: skip
+
+
+def _find(rows: list[dict], **keys) -> dict | None:
+    return next((r for r in rows if all(r.get(k) == v for k, v in keys.items())), None)
+
+
+def goals(res: dict) -> list[dict]:
+    from .cameras import goals as camera_goals
+
+    out = []
+    one = _find(res["node"], cameras=1, transport="raw")
+    if one and one["combined_limit_fps"]:
+        share, target = (one["capacity_fps_total"] or 0) / one["combined_limit_fps"], GOALS["capacity_share"]
+        out.append(row(f"one raw 1080p camera: capacity within {within(target)} of its parts' combined limit",
+                       f"{one['capacity_fps_total']} of {one['combined_limit_fps']} frames/s ({share:.0%}; compute "
+                       f"alone {one['compute_frames_per_s']}, transport ceiling {one['ceiling_fps_total']})",
+                       share >= target))  # fmt: skip
+    for transport in TRANSPORTS:
+        trials = [t for t in res["four_cameras"] if t["per_camera"][0]["camera"].endswith("/compressed")
+                  == (transport == "compressed")]  # fmt: skip
+        for g in camera_goals(trials):
+            out.append({**g, "goal": f"{transport}: {g['goal']}"})
+    ev = res["encode_vs_peak"]
+    batched = [r for r in ev["rows"] if r["batch"] > 1]
+    if batched:
+        best, target = max(batched, key=lambda r: r["of_peak"]), GOALS["encode_of_int8_peak"]
+        b1 = _find(ev["rows"], batch=1)
+        out.append(row(f"INT8 encode per frame at batch 4 or 8 >= {target:.0%} of the INT8 GEMM peak",
+                       f"{best['of_peak']:.0%} at batch {best['batch']} ({best['gops']} of {ev['peak_gops']} GOP/s on "
+                       f"{ev['backend']}); batch 1: {b1['of_peak']:.0%}" if b1 else "", best["of_peak"] >= target))
+    c1 = _find(res["compute"], cameras=1, transport="raw")
+    if one and c1 and one["at_30fps"]:
+        bound = c1["call_ms"]["p99"] + c1["call_ms"]["p50"]
+        p99, target = one["at_30fps"]["latency_ms"]["p99"], GOALS["newest_frame_bound"]
+        out.append(row(f"stamp->features P99 at 30 fps <= {target}x the newest-frame bound (compute P99 + P50)",
+                       f"{p99} ms against {bound:.1f} ms ({p99 / bound:.2f}x)", p99 <= target * bound))  # fmt: skip
+    return out
+
+
+def markdown(res: dict) -> list[str]:
+    lines = ["", f"Capacity ({res['backend']} {res['precision']}; trials of {res['seconds']} s after "
+             f"{res['warmup']} s; < {MAX_DROP:.0%} of the window's frames lost):", "",
+             "| transport | cameras | node frames/s | compute alone | transport ceiling | combined limit "
+             "| node/limit | P99 ms at 30 fps | sender-limited |",
+             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for n in res["node"]:
+        lim = n["combined_limit_fps"]
+        share = f"{(n['capacity_fps_total'] or 0) / lim:.0%}" if lim else "-"
+        p99 = n["at_30fps"]["latency_ms"]["p99"] if n["at_30fps"] else "-"
+        lines.append(f"| {n['transport']} | {n['cameras']} | {n['capacity_fps_total']} | {n['compute_frames_per_s']} "
+                     f"| {n['ceiling_fps_total']} | {lim} | {share} | {p99} | {n['sender_limited']} |")  # fmt: skip
+    lines += ["", "Core-ms per frame by thread at capacity (node; the player apart):", ""]
+    for n in res["node"]:
+        cap = n["at_capacity"] or n["at_30fps"]
+        if cap:
+            parts = ", ".join(f"{k} {v}" for k, v in cap["cpu_ms_per_frame"].items())
+            lines.append(f"- {n['transport']} x{n['cameras']} at {cap['send_fps']} fps/camera: {parts}; "
+                         f"player {cap['player_cpu_ms_per_frame']}")  # fmt: skip
+    ev = res["encode_vs_peak"]
+    lines += ["", f"INT8 encode vs the INT8 GEMM peak ({ev['backend']}, peak {ev['peak_gops']} GOP/s): "
+              + ", ".join(f"batch {r['batch']} {r['per_frame_ms']} ms/frame = {r['of_peak']:.0%}" for r in ev["rows"])]
+    return lines
+
+
+def cpu_figure(plt, res: dict):
+    """Stacked bars: core-ms per frame by thread role, one bar per (transport, cameras) at capacity."""
+    bars = [(f"{n['transport']} x{n['cameras']}", (n["at_capacity"] or n["at_30fps"] or {}).get("cpu_ms_per_frame", {}))
+            for n in res["node"]]  # fmt: skip
+    roles = sorted({r for _, b in bars for r in b})
+    fig, ax = plt.subplots(figsize=(9, 5))
+    bottom = [0.0] * len(bars)
+    for role in roles:
+        vals = [b.get(role, 0.0) for _, b in bars]
+        ax.bar([name for name, _ in bars], vals, bottom=bottom, label=role)
+        bottom = [a + v for a, v in zip(bottom, vals, strict=True)]
+    ax.set_ylabel("core-ms per frame")
+    ax.set_title("encoder node at capacity: CPU per frame by thread")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["echo"]:
+        return echo(int(argv[1]), argv[2] == "compressed")
+    print("usage: python -m openclaw_vision.bench.capacity echo N raw|compressed", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
