@@ -156,3 +156,52 @@ def test_the_best_int8_backend_is_the_fastest_one_that_passed_its_gate_on_its_ru
     chosen, excluded = best_int8(_result(gates, ort_ms=20.0, ov_ms=15.0))
     assert chosen["name"] == best
     assert (why is None and not excluded) or (why and why in excluded[0])
+
+
+def test_the_capacity_search_is_not_capped_and_stops_where_the_sender_is_the_limit():
+    from openclaw_vision.bench.capacity import Trial, search
+
+    def receiver(limit: float, sender: float = 1e9):
+        def measure(fps: float) -> Trial:
+            sent = 300
+            back = sent if fps <= limit else int(sent * limit / fps)
+            return Trial(1, fps, min(fps, sender), sent, back, {}, {}, 0.0)
+
+        return measure
+
+    best, tried = search(receiver(47.0), guess=20.0, steps=6)
+    offered = [t.offered_fps for t in tried]
+    assert offered[:3] == [20.0, 30.0, 45.0] and max(offered) > 47.0  # up past the camera rate and the limit
+    assert best.offered_fps == 45.0 and all(t.drop_fraction >= 0.05 for t in tried if t.offered_fps > 47.0)
+    best, tried = search(receiver(12.0), guess=20.0, steps=4)  # the first rate fails: down, then bisect
+    assert [t.offered_fps for t in tried][:2] == [20.0, 10.0] and 10.0 <= best.offered_fps <= 12.0 / 0.95
+    best, tried = search(receiver(1000.0, sender=50.0), guess=40.0, steps=6)  # the player tops out at 50
+    assert best.sender_limited and tried[-1] is best and best.send_fps == 50.0
+
+
+@pytest.mark.dds
+def test_capacity_bench_finds_a_rate_and_accounts_the_cores_by_thread(tiny_model, tmp_path, dds_domain):
+    """`bench --mode capacity` on the tiny model, one raw camera, short trials: the search, the echo's
+    ceiling, compute alone and the per-thread CPU per frame in the report."""
+    out = tmp_path / "cap"
+    proc = subprocess.run(
+        [sys.executable, "-m", "openclaw_vision.cli", "bench", "--mode", "capacity", "--quick", "--model", "tiny",
+         "--model-path", str(tiny_model), "--int8-model-path", str(tiny_model), "--backend", "onnxruntime",
+         "--cameras", "1", "--camera-transport", "raw", "--seconds", "1", "--warmup", "0.5", "--out", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cap = json.loads((out / "bench.json").read_text())["capacity"]
+    (node,), (ceiling,), (compute,) = cap["node"], cap["ceiling"], cap["compute"]
+    assert (node["backend"], compute["backend"], cap["backend"]) == ("onnxruntime",) * 3  # alone = the node's
+    for t in node["trials"] + ceiling["trials"]:
+        assert 0 < t["back"] <= t["sent"] and t["send_fps"] > 0
+    assert node["at_30fps"]["offered_fps"] == 30.0 and node["at_30fps"]["latency_ms"]["p99"] > 0
+    passing = [t for t in node["trials"] if t["drop_fraction"] < 0.05]
+    assert node["at_capacity"]["offered_fps"] == max(t["offered_fps"] for t in passing)
+    roles = node["at_capacity"]["cpu_ms_per_frame"]
+    assert roles["worker (decode, preprocess, encode call, publish)"] > 0
+    assert roles["transport thread (take, deserialize, validate)"] > 0
+    assert compute["frames_per_s"] > 0 and node["combined_limit_fps"] < compute["frames_per_s"]
+    goals = {g["goal"].split(":")[0] for g in json.loads((out / "bench.json").read_text())["goals"]}
+    assert "one raw 1080p camera" in goals and (out / "capacity_cpu.png").stat().st_size > 0
