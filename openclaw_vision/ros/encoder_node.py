@@ -4,10 +4,20 @@ Threads and data flow, one direction:
 
     transport threads: take sample → validate into a Frame → that camera's newest-frame slot
                        (a displaced frame: dropped, counted for its camera)
-    worker thread:     the newest frame of every camera that has one (at most max_batch, round
-                       robin: stats.LatestSlots) → FramePipeline ([decode] → preprocess into row k
-                       → one encode for the batch) → each camera's VisualFeatures on its own topic,
-                       with its own image's header
+    prepare thread:    the newest frame of every camera that has one (at most max_batch, round
+                       robin: stats.LatestSlots) → FramePipeline.prepare ([decode] → preprocess into
+                       row k; the frames of a batch in parallel on the pipeline's prep_N threads)
+                       ──rendezvous──►
+    worker thread:     FramePipeline.encode_prepared (one encode for the batch) → each camera's
+                       VisualFeatures on its own topic, with its own image's header
+
+The two stages overlap: batch k+1 is prepared while batch k encodes. The hand-off holds no queue:
+the prepare thread takes the next frames only once the worker has taken the previous batch, and
+not before the running encode is due to end less one preparation's time (both the last measured),
+so a frame waits in its slot — where a newer one from its camera displaces it — and not in a batch.
+With a preprocessor that writes into the encoder's own input buffer (a GPU encoder's CUDA kernel:
+`FramePipeline.concurrent` is False) there is no prepare thread: the worker does both stages, one
+batch at a time, since a second batch in flight would overwrite the one being encoded.
     diagnostics:       every `diagnostics_period` s, totals and per-camera counters and stage
                        percentiles on /diagnostics
 
@@ -16,10 +26,13 @@ Cameras: `image_topic` (one camera, features on `features_topic`, as before) or 
 {camera} = its topic's namespace, e.g. /front/image_raw → /front/visual_features). A topic in
 `image_topics` ending in /compressed is read as CompressedImage; the others by `image_transport`.
 
-Stages per frame: `queue` (in its slot until the worker takes it), `batch` (taken, waiting while
-the other frames of its batch are decoded and preprocessed), `decode`, `preprocess`, `encode` (the
-batch's one model call), `publish`. The worker never waits for a camera to fill a batch: it runs
-what is there, so a batch costs no latency that a single frame would not.
+Stages per frame: `queue` (in its slot until the prepare stage takes it), `batch` (taken, until
+the model call starts, less its own decode and preprocess: waiting for the other frames of its
+batch to be prepared, and for the worker to finish the previous batch), `decode`, `preprocess`,
+`encode` (the batch's one model call), `publish`. In the order listed they add up to the frame's
+time in the node, `publish` aside (frames of a batch publish one after another). The node never
+waits for a camera to fill a batch: it runs what is there, so a batch costs no latency that a
+single frame would not.
 
 Every frame that arrives is counted exactly once, for its camera and in the totals, as encoded,
 dropped (a newer one from the same camera arrived before the worker took it), rejected (bytes
@@ -40,6 +53,7 @@ the newest-frame policy costs no decode. A frame that fails either check is reje
 from __future__ import annotations
 
 import logging
+import queue
 import sys
 import threading
 import time
@@ -51,7 +65,7 @@ from .. import config as cfgmod
 from ..bags import COMPRESSED_SUFFIX
 from ..build import projected_name
 from ..encoders import EncoderError, EncoderOptions, ImageEncoder, create_encoder
-from ..pipeline import FramePipeline
+from ..pipeline import FramePipeline, PreparedBatch
 from ..preprocess.encodings import FrameError
 from ..resources import default_model_path
 from ..stats import Counters, LatestSlots, StageTimes
@@ -135,6 +149,18 @@ class Camera:
         return self.lost_before + getattr(self.images, "lost", lambda: 0)()
 
 
+@dataclass
+class _Taken:
+    """A batch between the worker's two stages: the slots' items, their cameras, when they were
+    taken, and the prepared batch (or the error that stopped its preparation)."""
+
+    batch: list[tuple[str, tuple]]
+    cams: list[Camera]
+    at: float
+    prepared: PreparedBatch | None = None
+    error: Exception | None = None
+
+
 class EncoderNode:
     def __init__(self, cfg: cfgmod.EncoderConfig, transport: Transport, encoder: ImageEncoder) -> None:
         self.cfg = cfg
@@ -163,10 +189,21 @@ class EncoderNode:
         self._diag = transport.publisher("/diagnostics", DIAGNOSTIC_ARRAY, QoS("reliable", 1))
         for cam in self.cameras.values():
             cam.images = self._subscribe_images(cam)
-        self._threads = [
-            threading.Thread(target=self._work, name="encoder-worker", daemon=True),
-            threading.Thread(target=self._report, name="diagnostics", daemon=True),
-        ]
+        # the worker: two stages overlapped when the pipeline allows two batches in flight (the CPU
+        # preprocessor), else one thread doing both (a GPU preprocessor writes the encoder's input)
+        self.overlap = self.pipeline.concurrent
+        self._handoff: queue.Queue[_Taken | None] = queue.Queue(maxsize=1)
+        self._encoder_idle = threading.Event()
+        self._encode_ends = 0.0  # when the running encode is due to end (0: none running)
+        self._encode_estimate: dict[int, float] = {}  # the last encode's seconds, by batch size
+        self._prepare_estimate = 0.0  # the last preparation's seconds
+        workers = (
+            [threading.Thread(target=self._prepare_work, name="encoder-prepare", daemon=True),
+             threading.Thread(target=self._encode_work, name="encoder-worker", daemon=True)]
+            if self.overlap
+            else [threading.Thread(target=self._work, name="encoder-worker", daemon=True)]
+        )  # fmt: skip
+        self._threads = [*workers, threading.Thread(target=self._report, name="diagnostics", daemon=True)]
 
     @property
     def counters(self) -> Counters:
@@ -208,32 +245,90 @@ class EncoderNode:
 
     # worker thread ----------------------------------------------------------------------
     def _work(self) -> None:
+        """No overlap: take, prepare, encode, publish, one batch after the other."""
         while not self._stop.is_set():
             batch = self._slots.take(self.pipeline.max_batch, timeout=0.2)
             if batch:
                 self._encode_batch(batch)
 
-    def _encode_batch(self, batch: list[tuple[str, tuple]]) -> None:
-        """One batch: at most one frame per camera, each published on its camera's topic."""
-        taken = time.perf_counter()
-        cams = [self.cameras[key] for key, _ in batch]
-        for cam, (_, (_, _, queued_at)) in zip(cams, batch, strict=True):
-            self._time(cam, "queue", taken - queued_at)  # waiting for the worker to finish the previous batch
+    def _prepare_work(self) -> None:
+        """Overlap, first stage: batch k+1 is taken and prepared while the encode thread runs batch k.
+
+        It takes from the slots only when the encode thread has taken the previous batch (the
+        hand-off is a rendezvous: one batch encoding, at most one being prepared, never a queue),
+        and not before the running encode is due to end less the time a preparation takes: frames
+        stay in their slots until then, where a newer frame of the camera still displaces them."""
         try:
-            res = self.pipeline.run([frame for _, (frame, _, _) in batch])
-        except Exception as err:  # keep serving frames; the counters, log and diagnostics make it visible
-            # the reason before the counts: /diagnostics reads the counts first, so a message that
-            # shows a failure always carries its reason
-            self.last_failure = str(err) if isinstance(err, EncoderError) else repr(err)
-            for cam in cams:
-                self._count(cam, "failed")
-            self._warn_fail(log.error, "encoding a frame failed (a batch of %d, each counted): %s", len(batch),
-                            self.last_failure)  # fmt: skip
+            while not self._stop.is_set():
+                wait = self._encode_ends - self._prepare_estimate - time.perf_counter()
+                if wait > 0:
+                    self._encoder_idle.wait(wait)  # set when that encode ends early, or the node stops
+                    continue
+                batch = self._slots.take(self.pipeline.max_batch, timeout=0.2)
+                if not batch:
+                    continue
+                taken = self._prepare_batch(batch)
+                self._handoff.put(taken)
+                self._handoff.join()  # until the encode thread has it: then the next batch may be taken
+        finally:
+            self._handoff.put(None)
+
+    def _encode_work(self) -> None:
+        """Overlap, second stage: encode and publish each prepared batch; ends after the prepare thread."""
+        while (taken := self._handoff.get()) is not None:
+            n = len(taken.prepared.encoded) if taken.prepared else 0
+            self._encoder_idle.clear()
+            self._encode_ends = time.perf_counter() + self._encode_estimate.get(n, 0.0)  # before the hand-off ends
+            self._handoff.task_done()
+            try:
+                self._finish_batch(taken)
+            finally:
+                self._encode_ends = 0.0
+                self._encoder_idle.set()
+        self._handoff.task_done()
+
+    def _encode_batch(self, batch: list[tuple[str, tuple]]) -> None:
+        """One batch, both stages here: at most one frame per camera, each published on its camera's topic."""
+        self._finish_batch(self._prepare_batch(batch))
+
+    def _prepare_batch(self, batch: list[tuple[str, tuple]]) -> _Taken:
+        """Stage one: the frames taken from their slots, decoded and preprocessed (`queue` ends here)."""
+        taken = _Taken(batch, [self.cameras[key] for key, _ in batch], time.perf_counter())
+        for cam, (_, (_, _, queued_at)) in zip(taken.cams, batch, strict=True):
+            self._time(cam, "queue", taken.at - queued_at)  # waiting in its slot for the worker
+        try:
+            taken.prepared = self.pipeline.prepare([frame for _, (frame, _, _) in batch])
+        except Exception as err:  # not a bad frame (that is a FrameError, rejected alone): the batch fails
+            taken.error = err
+        else:
+            self._prepare_estimate = taken.prepared.prepare_s
+        return taken
+
+    def _fail_batch(self, taken: _Taken, err: Exception) -> None:
+        # the reason before the counts: /diagnostics reads the counts first, so a message that
+        # shows a failure always carries its reason
+        self.last_failure = str(err) if isinstance(err, EncoderError) else repr(err)
+        for cam in taken.cams:
+            self._count(cam, "failed")
+        self._warn_fail(log.error, "encoding a frame failed (a batch of %d, each counted): %s", len(taken.batch),
+                        self.last_failure)  # fmt: skip
+
+    def _finish_batch(self, taken: _Taken) -> None:
+        """Stage two: the model call on a prepared batch, then each frame's features published."""
+        if taken.prepared is None:
+            self._fail_batch(taken, taken.error or RuntimeError("batch not prepared"))
             return
+        batch, cams, prep = taken.batch, taken.cams, taken.prepared
+        started = time.perf_counter()
+        try:
+            res = self.pipeline.encode_prepared(prep)
+        except Exception as err:  # keep serving frames; the counters, log and diagnostics make it visible
+            self._fail_batch(taken, err)
+            return
+        self._encode_estimate[len(res.encoded)] = res.encode_s
         for i, err in res.rejected.items():
             self._reject(cams[i], err)
         own = {i: res.decode_s.get(i, 0.0) + res.preprocess_s[i] for i in res.encoded}
-        before_encode = sum(own.values()) + sum(res.decode_s.get(i, 0.0) for i in res.rejected)
         for row, i in enumerate(res.encoded):
             cam, header = cams[i], batch[i][1][1]
             t0 = time.perf_counter()
@@ -245,7 +340,7 @@ class EncoderNode:
                 self._warn_fail(log.error, "publishing features of %s failed: %r", cam.spec.topic, err)
                 continue
             self._time(cam, "publish", time.perf_counter() - t0)
-            self._time(cam, "batch", before_encode - own[i])
+            self._time(cam, "batch", started - taken.at - own[i])
             if i in res.decode_s:
                 self._time(cam, "decode", res.decode_s[i])
             self._time(cam, "preprocess", res.preprocess_s[i])
@@ -358,10 +453,12 @@ class EncoderNode:
         with self._intake:  # frames after this are not the node's: the final counts below are complete
             self._accepting = False
         self._stop.set()
+        self._encoder_idle.set()
         for key in self._slots.close():
             self._count(self.cameras[key], "dropped")  # it waited for the worker when the node stopped
-        for t in self._threads:
+        for t in self._threads:  # the prepare thread first: the encode thread finishes what it handed over
             t.join(timeout=5)
+        self.pipeline.close()
         try:
             self.publish_diagnostics()  # a last, complete count for whoever is listening
         except Exception:
