@@ -439,9 +439,12 @@ class EncoderNode:
             log.info("camera %s (%s) [%s] -> %s [reliable]", cam.spec.input_topic, cam.spec.input_type,
                      self.cfg.reliability, cam.spec.features_topic)  # fmt: skip
         log.info(
-            "ready: %d camera(s), batches of up to %d, model %s, backend %s/%s, transport %s",
+            "ready: %d camera(s), batches of up to %d (%s), model %s, backend %s/%s, transport %s",
             len(self.cameras),
             self.pipeline.max_batch,
+            f"prepared on {self.pipeline.prep_threads} thread(s), overlapped with the encode"
+            if self.overlap
+            else "prepared and encoded one batch at a time",
             self.encoder.model_id,
             self.encoder.backend,
             self.encoder.precision,
