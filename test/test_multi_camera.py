@@ -362,7 +362,8 @@ def test_with_overlap_a_newer_frame_still_displaces_the_older_while_a_batch_enco
 
     enc = GatedEncoder(OnnxRuntimeEncoder(tiny_model, threads=1))
     node_t, cam_t = CycloneTransport("encoder_node"), CycloneTransport("camera")
-    node = EncoderNode(EncoderConfig(image_topic=FRONT, reliability="reliable", diagnostics_period=5.0), node_t, enc)
+    cfg = EncoderConfig(image_topic=FRONT, reliability="reliable", diagnostics_period=5.0)
+    node = EncoderNode(cfg, node_t, enc, overlap=True)
     assert node.overlap and [t.name for t in node._threads][:2] == ["encoder-prepare", "encoder-worker"]
     feats = Inbox()
     rows = np.random.default_rng(0).integers(0, 256, (48, 64 * 3), np.uint8)
@@ -401,7 +402,8 @@ def test_with_overlap_a_batch_the_encoder_fails_on_is_counted_failed_and_the_nex
     enc = GatedEncoder(OnnxRuntimeEncoder(tiny_model, threads=1), fail_on=2)
     enc.gate.set()
     node_t, cam_t = CycloneTransport("encoder_node"), CycloneTransport("camera")
-    node = EncoderNode(EncoderConfig(image_topic=FRONT, reliability="reliable", diagnostics_period=5.0), node_t, enc)
+    cfg = EncoderConfig(image_topic=FRONT, reliability="reliable", diagnostics_period=5.0)
+    node = EncoderNode(cfg, node_t, enc, overlap=True)
     assert node.overlap
     feats = Inbox()
     rows = np.random.default_rng(1).integers(0, 256, (48, 64 * 3), np.uint8)
@@ -423,3 +425,17 @@ def test_with_overlap_a_batch_the_encoder_fails_on_is_counted_failed_and_the_nex
     assert (s["received"], s["encoded"], s["failed"], s["dropped"]) == (3, 2, 1, 0), s
     assert "the runtime failed on this batch" in node.last_failure
     assert [_stamp(f) for f in feats.items] == [1, 3]  # frame 2's batch failed, the node went on
+
+
+def test_the_node_overlaps_its_stages_only_where_the_encode_leaves_this_hosts_cores_free(tiny_model):
+    from openclaw_vision.encoders.gpu_common import BoundPreprocessor
+    from openclaw_vision.preprocess.cpu import CpuPreprocessor
+    from openclaw_vision.ros.encoder_node import overlaps
+
+    ort = OnnxRuntimeEncoder(tiny_model, threads=1)
+    assert not overlaps(FramePipeline(ort))  # an in-process CPU runtime: the stages would share its cores
+    remote = GatedEncoder(ort)
+    remote.backend = "triton"  # the encode runs on a server
+    assert overlaps(FramePipeline(remote))
+    shared = BoundPreprocessor(CpuPreprocessor(), np.empty((8, 3, 224, 224), np.float32))  # writes the encoder's input
+    assert not overlaps(FramePipeline(remote, preprocessor=shared))
