@@ -45,6 +45,12 @@ def name_current(name: str) -> None:
         _ids[threading.get_native_id()] = name
 
 
+def name_current_as_python() -> None:
+    """The calling thread's Python name into the kernel: for pools that name their threads themselves
+    (a ThreadPoolExecutor's `initializer`)."""
+    name_current(threading.current_thread().name)
+
+
 def ours() -> dict[int, str]:
     """Native id → name of every thread named here that is still alive (the node puts it in its stats)."""
     alive = {t.native_id for t in threading.enumerate()}

@@ -7,11 +7,15 @@
   headers, exact per-camera counts in --stats-json and on /diagnostics, garbage from one camera
   moving only its rejected count.
 - Overload in process over DDS: cameras flooding a node slower than them are served round robin.
+- The node's two stages overlapped (prepare batch k+1 while batch k encodes): a newer frame still
+  displaces the older one in its slot while a batch encodes, and a failed model call fails its batch
+  only.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -316,3 +320,122 @@ def test_under_overload_every_camera_is_served_round_robin(tiny_model, dds_domai
     mean = sum(encoded) / 3
     assert min(encoded) >= 0.8 * mean, encoded
     assert max(enc.batches) == 2 and sum(enc.batches) == sum(encoded)  # cross-camera batches, never above max_batch
+
+
+class GatedEncoder:
+    """An encoder whose calls wait for `gate` (set: no wait), noting when a call is inside; call
+    number `fail_on` (from 1) raises, as a runtime that fails mid-stream would."""
+
+    def __init__(self, inner, fail_on: int = 0) -> None:
+        self.inner, self.fail_on, self.calls = inner, fail_on, 0
+        self.gate, self.inside = threading.Event(), threading.Event()
+        for k in ("model_id", "embed_dim", "image_size", "backend", "precision", "max_batch"):
+            setattr(self, k, getattr(inner, k))
+
+    def frame_preprocessor(self):
+        return None
+
+    def encode(self, pixels):
+        from openclaw_vision.encoders import EncoderError
+
+        self.calls += 1
+        self.inside.set()
+        self.gate.wait(30)
+        if self.calls == self.fail_on:
+            raise EncoderError("the runtime failed on this batch")
+        return self.inner.encode(pixels)
+
+
+def _stamp(feat) -> int:
+    return feat.header.stamp.sec * 10**9 + feat.header.stamp.nanosec
+
+
+@pytest.mark.dds
+def test_with_overlap_a_newer_frame_still_displaces_the_older_while_a_batch_encodes(tiny_model, dds_domain):
+    """One camera, the node's two stages overlapped: while the encoder holds frame 1, frames 2-4
+    arrive. The prepare stage takes at most one batch ahead, so the others wait in the camera's
+    slot and a newer one displaces an older one (dropped, counted); every frame is counted once and
+    the newest is encoded last."""
+    from openclaw_vision.ros.cyclone import CycloneTransport
+    from openclaw_vision.ros.encoder_node import EncoderNode
+    from openclaw_vision.ros.types import IMAGE, VISUAL_FEATURES, QoS
+
+    enc = GatedEncoder(OnnxRuntimeEncoder(tiny_model, threads=1))
+    node_t, cam_t = CycloneTransport("encoder_node"), CycloneTransport("camera")
+    cfg = EncoderConfig(image_topic=FRONT, reliability="reliable", diagnostics_period=5.0)
+    node = EncoderNode(cfg, node_t, enc, overlap=True)
+    assert node.overlap and [t.name for t in node._threads][:2] == ["encoder-prepare", "encoder-worker"]
+    feats = Inbox()
+    rows = np.random.default_rng(0).integers(0, 256, (48, 64 * 3), np.uint8)
+    try:
+        pub = cam_t.publisher(FRONT, IMAGE, QoS("reliable", 10, "keep_all"))
+        cam_t.subscribe("/visual_features", VISUAL_FEATURES, QoS("reliable", 10, "keep_all"), feats)
+        node.start()
+        wait_until(lambda: pub.matched(), 30, "the node's subscription")
+        pub.publish(_image(cam_t, 1, "front", rows, 48, 64, "rgb8"))
+        assert enc.inside.wait(30)  # frame 1 is in the model call, held there
+        for n in (2, 3, 4):
+            pub.publish(_image(cam_t, n, "front", rows, 48, 64, "rgb8"))
+            wait_until(lambda n=n: node.counters.snapshot()["received"] == n, 30, f"frame {n}")
+        enc.gate.set()
+        wait_until(lambda: sum(node.counters.snapshot()[k] for k in ("encoded", "dropped")) == 4, 30, "every frame")
+        feats.wait(node.counters.snapshot()["encoded"], timeout=30)
+    finally:
+        enc.gate.set()
+        node.stop()
+        node_t.close()
+        cam_t.close()
+    s = node.stats()
+    assert s["received"] == 4 and s["encoded"] + s["dropped"] == 4 and s["rejected"] == s["failed"] == 0, s
+    assert s["dropped"] >= 1, s  # not queued behind the held batch: displaced in the slot
+    stamps = [_stamp(f) for f in feats.items]
+    assert len(stamps) == s["encoded"] and stamps[0] == 1 and stamps[-1] == 4 and stamps == sorted(stamps), stamps
+    assert s["stages_ms"]["batch"]["n"] == s["encoded"]  # every encoded frame has each of its stages once
+
+
+@pytest.mark.dds
+def test_with_overlap_a_batch_the_encoder_fails_on_is_counted_failed_and_the_next_is_served(tiny_model, dds_domain):
+    from openclaw_vision.ros.cyclone import CycloneTransport
+    from openclaw_vision.ros.encoder_node import EncoderNode
+    from openclaw_vision.ros.types import IMAGE, VISUAL_FEATURES, QoS
+
+    enc = GatedEncoder(OnnxRuntimeEncoder(tiny_model, threads=1), fail_on=2)
+    enc.gate.set()
+    node_t, cam_t = CycloneTransport("encoder_node"), CycloneTransport("camera")
+    cfg = EncoderConfig(image_topic=FRONT, reliability="reliable", diagnostics_period=5.0)
+    node = EncoderNode(cfg, node_t, enc, overlap=True)
+    assert node.overlap
+    feats = Inbox()
+    rows = np.random.default_rng(1).integers(0, 256, (48, 64 * 3), np.uint8)
+    accounted = lambda: sum(node.counters.snapshot()[k] for k in ("encoded", "dropped", "rejected", "failed"))  # noqa: E731
+    try:
+        pub = cam_t.publisher(FRONT, IMAGE, QoS("reliable", 10, "keep_all"))
+        cam_t.subscribe("/visual_features", VISUAL_FEATURES, QoS("reliable", 10, "keep_all"), feats)
+        node.start()
+        wait_until(lambda: pub.matched(), 30, "the node's subscription")
+        for n in range(1, 4):  # lockstep; the second model call fails
+            pub.publish(_image(cam_t, n, "front", rows, 48, 64, "rgb8"))
+            wait_until(lambda n=n: accounted() == n, 30, f"frame {n}")
+        feats.wait(2, timeout=30)
+    finally:
+        node.stop()
+        node_t.close()
+        cam_t.close()
+    s = node.stats()
+    assert (s["received"], s["encoded"], s["failed"], s["dropped"]) == (3, 2, 1, 0), s
+    assert "the runtime failed on this batch" in node.last_failure
+    assert [_stamp(f) for f in feats.items] == [1, 3]  # frame 2's batch failed, the node went on
+
+
+def test_the_node_overlaps_its_stages_only_where_the_encode_leaves_this_hosts_cores_free(tiny_model):
+    from openclaw_vision.encoders.gpu_common import BoundPreprocessor
+    from openclaw_vision.preprocess.cpu import CpuPreprocessor
+    from openclaw_vision.ros.encoder_node import overlaps
+
+    ort = OnnxRuntimeEncoder(tiny_model, threads=1)
+    assert not overlaps(FramePipeline(ort))  # an in-process CPU runtime: the stages would share its cores
+    remote = GatedEncoder(ort)
+    remote.backend = "triton"  # the encode runs on a server
+    assert overlaps(FramePipeline(remote))
+    shared = BoundPreprocessor(CpuPreprocessor(), np.empty((8, 3, 224, 224), np.float32))  # writes the encoder's input
+    assert not overlaps(FramePipeline(remote, preprocessor=shared))

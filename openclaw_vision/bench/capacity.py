@@ -128,6 +128,17 @@ class Trial:
         }
 
 
+#: kernel thread name prefix → what that thread of ours does (threads.Thread names them)
+ROLES = {
+    "dds-take": "transport thread (take, deserialize, validate)",
+    "dds-service": "transport thread (services)",
+    "encoder-worker": "worker (encode call, publish; a lone frame's decode and preprocess)",
+    "encoder-prepa": "prepare thread (takes frames, hands batches on)",
+    "prep_": "prepare pool (decode, preprocess)",
+    "diagnostics": "diagnostics",
+}
+
+
 def thread_role(tid: int, comm: str, pid: int, main_comm: str, named: dict[int, str]) -> str:
     """Which part of the receiver a thread is: by its kernel name (threads.Thread names ours), and where
     the receiver said which ids are its own (`named`), a thread with one of our names but another id is
@@ -135,15 +146,12 @@ def thread_role(tid: int, comm: str, pid: int, main_comm: str, named: dict[int, 
     if tid == pid:
         return "main"
     ours = {name[: threads.NAME_BYTES] for name in named.values()}
-    if comm.startswith(("dds-take", "dds-service")):
-        return "transport thread (take, deserialize, validate)"
-    if comm in ours and tid not in named:
+    if named and comm in ours and tid not in named:
         return f"runtime pool (started by {comm})"
-    if comm == "encoder-worker":
-        return "worker (decode, preprocess, encode call, publish)"
-    if comm == main_comm:
-        return "runtime pool (started at load)"
-    return comm if comm in ours else "cyclone threads (receive, send, timers)"
+    role = next((r for prefix, r in ROLES.items() if comm.startswith(prefix)), None)
+    if role:
+        return role
+    return "runtime pool (started at load)" if comm == main_comm else "cyclone threads (receive, send, timers)"
 
 
 class Receiver:

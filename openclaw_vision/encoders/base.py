@@ -44,6 +44,10 @@ class FramePreprocessor(Protocol):
     """
 
     name: str
+    #: calls may run on several threads at once and `buffer` gives a new array each time, so a
+    #: pipeline prepares a batch's frames in parallel and may hold two batches in flight (CPU: yes;
+    #: the GPU one writes into its encoder's one input buffer from one stream: no)
+    concurrent: bool
 
     def buffer(self, n: int) -> Any:
         """The (n, 3, S, S) batch to fill, row by row (n <= the encoder's max_batch)."""

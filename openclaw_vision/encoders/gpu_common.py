@@ -92,7 +92,12 @@ class CudaDevice:
 class BoundPreprocessor:
     """The CUDA preprocessor bound to an encoder's (max_batch, 3, S, S) input buffer: frame k of a
     batch is written by the kernel into row k, so the batch the engine reads is that buffer itself
-    (one launch per frame, all on the encoder's stream: no copy and no sync in between)."""
+    (one launch per frame, all on the encoder's stream: no copy and no sync in between).
+
+    Not `concurrent`: the kernel's staging buffer and plans are one per preprocessor, and the batch
+    is the encoder's input itself — a second batch prepared while one encodes would overwrite it."""
+
+    concurrent = False
 
     def __init__(self, pre: Any, input_buffer: Any) -> None:
         self.pre = pre

@@ -87,6 +87,7 @@ class CpuPreprocessor:
     """Frame → normalised (3, S, S) float32, following a `PreprocessSpec`."""
 
     name = "opencv"
+    concurrent = True  # no state between calls, a fresh buffer per batch; cv2 and numpy release the GIL
 
     def __init__(self, spec: PreprocessSpec | None = None) -> None:
         self.spec = spec or PreprocessSpec()
