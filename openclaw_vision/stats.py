@@ -69,8 +69,9 @@ class StampGaps:
     The period is the median of the last `window` gaps: robust to the gaps of the losses themselves
     while fewer than half of the recent gaps hold one (a camera losing every other frame looks like
     one at half the rate). A gap counts k - 1 only when it rounds to k >= 2 periods (1.5 periods or
-    more), so stamps jittered by less than ±25 % of a period count nothing. The first gaps are held until `warmup` of them are known, then judged
-    with that period, so a loss just after start is counted too. A stamp that does not move forward
+    more), so stamps jittered by less than ±25 % of a period count nothing. The first gaps are held
+    until `warmup` of them are known, then judged with that period, so a loss just after start is
+    counted too. A stamp that does not move forward
     (a bag played again, a restarted camera, a camera that leaves stamps at zero) or that jumps more
     than `max_gap` periods (a paused camera, another recording) starts the estimate over and counts
     nothing. Frames lost before the first that arrived, or after the last, cannot be seen here.

@@ -21,6 +21,13 @@ the other frames of its batch are decoded and preprocessed), `decode`, `preproce
 batch's one model call), `publish`. The worker never waits for a camera to fill a batch: it runs
 what is there, so a batch costs no latency that a single frame would not.
 
+Frames that never arrive: `lost` is what the reader's sample-lost status reports (Cyclone's; on
+Humble/rclpy nothing for a best-effort reader), so a frame lost in the socket buffer, overwritten in
+the reader's history or published before the reader matched is in no count. `missing_estimate` is
+an estimate of those, per camera, from the gaps between the header stamps that did arrive
+(stats.StampGaps: a gap of k camera periods means k - 1 frames missing); frames missing before the
+first that arrived or after the last are not in it.
+
 Every frame that arrives is counted exactly once, for its camera and in the totals, as encoded,
 dropped (a newer one from the same camera arrived before the worker took it), rejected (bytes
 that are not a valid image; logged) or failed (an unexpected error in encode/publish; logged —
@@ -54,7 +61,7 @@ from ..encoders import EncoderError, EncoderOptions, ImageEncoder, create_encode
 from ..pipeline import FramePipeline
 from ..preprocess.encodings import FrameError
 from ..resources import default_model_path
-from ..stats import Counters, LatestSlots, StageTimes
+from ..stats import Counters, LatestSlots, StageTimes, StampGaps
 from . import dds_config
 from .convert import compressed_to_frame, features_message, image_to_frame
 from .diagnostics import OK, WARN, diagnostic_array, stage_values
@@ -69,6 +76,8 @@ STATUS_NAME = f"{NODE_NAME}: pipeline"
 CAMERA_STATUS = f"{NODE_NAME}: camera {{topic}}"  # one more DiagnosticStatus per camera
 STAGES = ("deserialize", "queue", "batch", "decode", "preprocess", "encode", "publish")
 COUNTS = ("received", "encoded", "dropped", "rejected", "failed")
+#: frames that never reached the node: reported by the reader (`lost`), estimated from stamp gaps
+UNSEEN = ("lost", "missing_estimate")
 
 
 @dataclass(frozen=True)
@@ -130,6 +139,7 @@ class Camera:
     features: Any = None
     images: Any = None
     lost_before: int = 0  # samples lost by image subscriptions replaced since start
+    gaps: StampGaps = field(default_factory=StampGaps)  # frames estimated missing before the node
 
     def lost(self) -> int:
         return self.lost_before + getattr(self.images, "lost", lambda: 0)()
@@ -192,6 +202,7 @@ class EncoderNode:
 
     def _take_in(self, cam: Camera, msg: Any, deserialize_s: float) -> None:
         self._count(cam, "received")
+        cam.gaps.add(stamp_ns(msg))  # before any check: a rejected frame still arrived
         t0 = time.perf_counter()
         try:
             frame = cam.to_frame(msg)
@@ -257,6 +268,7 @@ class EncoderNode:
         return {
             **cam.counters.snapshot(),
             "lost": cam.lost(),
+            "missing_estimate": cam.gaps.missing,
             "features_topic": cam.spec.features_topic,
             "input_topic": cam.spec.input_topic,
             "stages_ms": cam.times.summary(),
@@ -268,6 +280,7 @@ class EncoderNode:
         return {
             **{k: sum(c[k] for c in cameras.values()) for k in COUNTS},
             "lost": sum(c["lost"] for c in cameras.values()),
+            "missing_estimate": sum(c["missing_estimate"] for c in cameras.values()),
             "stages_ms": self.times.summary(),
             "backend": self.encoder.backend,
             "precision": self.encoder.precision,
@@ -279,7 +292,7 @@ class EncoderNode:
 
     def diagnostics_values(self, st: dict[str, Any] | None = None) -> dict[str, Any]:
         st = st or self.stats()
-        values: dict[str, Any] = {k: st[k] for k in (*COUNTS, "lost", "backend", "precision", "model", "transport")}
+        values: dict[str, Any] = {k: st[k] for k in (*COUNTS, *UNSEEN, "backend", "precision", "model", "transport")}
         values["cameras"] = len(st["cameras"])
         values.update(stage_values(st["stages_ms"]))
         values["last_failure"] = self.last_failure
@@ -296,7 +309,7 @@ class EncoderNode:
         values = self.diagnostics_values(st)
         per_camera = []
         for key, cam in st["cameras"].items():
-            cv = {k: cam[k] for k in (*COUNTS, "lost", "features_topic")}
+            cv = {k: cam[k] for k in (*COUNTS, *UNSEEN, "features_topic")}
             cv.update(stage_values(cam["stages_ms"]))
             per_camera.append((CAMERA_STATUS.format(topic=key), *self._level(cv, "encoding"), cv))
         level, text = self._level(values, "encoding")
@@ -369,6 +382,14 @@ class EncoderNode:
         getattr(self.encoder, "close", lambda: None)()  # e.g. triton's shared-memory region
 
 
+def stamp_ns(msg: Any) -> int:
+    """A message's header stamp in nanoseconds (0 for one without a usable stamp: the estimate ignores it)."""
+    try:
+        return int(msg.header.stamp.sec) * 1_000_000_000 + int(msg.header.stamp.nanosec)
+    except (AttributeError, TypeError, ValueError):
+        return 0
+
+
 def image_subscription(cfg: cfgmod.EncoderConfig) -> tuple[str, str]:
     """(topic, message type) the node reads, by `image_transport`."""
     if cfg.image_transport == "compressed":
@@ -391,7 +412,7 @@ def encoder_options(cfg: cfgmod.EncoderConfig) -> EncoderOptions:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     return node_main(argv, "openclaw-vision encoder", NODE_NAME, cfgmod.EncoderConfig, "encoder.yaml",
-                     (*COUNTS, "lost"), _build, (EncoderError, cfgmod.ConfigError, ValueError), log)  # fmt: skip
+                     (*COUNTS, *UNSEEN), _build, (EncoderError, cfgmod.ConfigError, ValueError), log)  # fmt: skip
 
 
 if __name__ == "__main__":

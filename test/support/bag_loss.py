@@ -25,9 +25,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # test/ (for `support`)
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout
 
-from support import humble  # noqa: E402
-
-from openclaw_vision.ros import dds_config  # noqa: E402
+from openclaw_vision.ros import dds_config
+from support import humble
 
 
 def domain_lock():
