@@ -44,6 +44,24 @@ def domain_lock():
     raise SystemExit("no free DDS domain")
 
 
+def socket_drops(pid: int) -> int:
+    """Datagrams the kernel dropped at process `pid`'s UDP sockets (/proc/net/udp's `drops` column)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            link = os.readlink(fd)
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    drops = 0
+    for line in Path(f"/proc/{pid}/net/udp").read_text().splitlines()[1:]:
+        cols = line.split()
+        if cols[9] in inodes:
+            drops += int(cols[-1])
+    return drops
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--runs", type=int, default=3)
@@ -54,6 +72,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--work", type=Path, default=Path("/tmp/openclaw-bag-loss"))
     p.add_argument("--rebuild", action="store_true")
     p.add_argument("--param", action="append", default=[], help="more node parameters, key:=value")
+    p.add_argument("--features", action="store_true", help="also count /visual_features with an rclpy listener")
     p.add_argument("--skip", type=str, default="", help="frame indices to leave out of the bag, e.g. 20,21,22")
     args = p.parse_args(argv)
 
@@ -86,7 +105,9 @@ def main(argv: list[str]) -> int:
         else:
             bags.write_sample_bag(bag, frames=args.frames, fps=args.fps)
     played = sum(1 for _ in bags.read_messages(bag))
-    env = ros2.environ(localhost_only=True, cyclonedds_uri=humble.ROBOT_CONFIG.as_uri())
+    start_ns, period_ns = 1_700_000_000_000_000_000, 1e9 / args.fps  # write_sample_bag's defaults
+    extra = {k: v for k, v in os.environ.items() if k.startswith("OPENCLAW_WORKER")}
+    env = ros2.environ(localhost_only=True, cyclonedds_uri=humble.ROBOT_CONFIG.as_uri(), **extra)
     params = {"model": "tiny", "model_path": str(model), "precision": "fp32", "threads": "1"}
     if args.depth:
         params["depth"] = str(args.depth)
@@ -98,17 +119,35 @@ def main(argv: list[str]) -> int:
         node = ros2.start("ros2", "run", "openclaw_vision", "encoder_node", "--stats-json", str(stats),
                           *humble.ros_args(params), env=env)  # fmt: skip
         node.wait_for("ready:", timeout=90)
+        feats = args.work / f"features-{run}.json"
+        counter = None
+        if args.features:
+            counter = ros2.start("python3", str(humble.ROOT / "test" / "support" / "rclpy_counter.py"), str(feats),
+                                 "--type", "openclaw_vision/msg/VisualFeatures", "--topic", "/visual_features",
+                                 "--seconds", "120", env=env)  # fmt: skip
+            counter.wait_for("ready", timeout=30)
         time.sleep(1.0)
         play = ["ros2", "bag", "play", str(bag)] + (["--delay", str(args.delay)] if args.delay else [])
         t0 = time.monotonic()
         ros2.run(*play, env=env, timeout=120)
         play_s = time.monotonic() - t0
         time.sleep(1.5)
+        pids = node.children()  # `ros2 run`'s child: the node's own process
+        drops = socket_drops(pids[0]) if pids else None
         code = node.stop(timeout=15)
         st = json.loads(stats.read_text())
+        first = None
+        if counter is not None:
+            counter.stop(timeout=15)
+            got = json.loads(feats.read_text())["received"]
+            stamps = sorted(s * 10**9 + ns for s, ns, *_ in got)
+            first = round((stamps[0] - start_ns) / period_ns) if stamps else None
+            st["features_heard"] = len(got)
         row = {k: st.get(k) for k in ("received", "encoded", "dropped", "rejected", "failed", "lost",
                                       "missing_estimate")}  # fmt: skip
-        row.update(played=played, play_s=round(play_s, 2), exit=code)
+        row.update(socket_drops=drops, first_encoded_index=first, features_heard=st.get("features_heard"),
+                   played=played,
+                   play_s=round(play_s, 2), exit=code)  # fmt: skip
         rows.append(row)
         print(json.dumps(row), flush=True)
     ros2.close()
