@@ -55,6 +55,12 @@ class Counters:
             return dict(self._values)
 
 
+#: a gap counts as frames missing from this many periods up (1.5 would take a gap stretched by jitter)
+MISSING_AT = 1.7
+#: gaps shorter than this many medians are taken for the period's mean (a loss's gap is left out)
+INLIER = 1.9
+
+
 class StampGaps:
     """An estimate of the frames one camera sent that never arrived, from the gaps between header stamps.
 
@@ -68,8 +74,10 @@ class StampGaps:
 
     The period is the median of the last `window` gaps: robust to the gaps of the losses themselves
     while fewer than half of the recent gaps hold one (a camera losing every other frame looks like
-    one at half the rate). A gap counts k - 1 only when it rounds to k >= 2 periods (1.5 periods or
-    more), so stamps jittered by less than ±25 % of a period count nothing. The first gaps are held
+    one at half the rate), and the period is the mean of the window's gaps below 1.9 medians (jitter
+    cancels in it). A gap of `MISSING_AT` (1.7) periods or more counts k - 1, k its rounded length in
+    periods, so stamps jittered by ±20 % of a period count nothing; a single missing frame between
+    two stamps jittered more than ±15 % toward each other may go uncounted. The first gaps are held
     until `warmup` of them are known, then judged with that period, so a loss just after start is
     counted too. A stamp that does not move forward
     (a bag played again, a restarted camera, a camera that leaves stamps at zero) or that jumps more
@@ -80,7 +88,7 @@ class StampGaps:
     from any thread.
     """
 
-    def __init__(self, window: int = 15, warmup: int = 4, max_gap: int = 100) -> None:
+    def __init__(self, window: int = 15, warmup: int = 8, max_gap: int = 100) -> None:
         self.window, self.warmup, self.max_gap = window, warmup, max_gap
         self._gaps: deque[int] = deque(maxlen=window)
         self._pending: list[int] = []  # gaps seen before the period was known
@@ -109,13 +117,18 @@ class StampGaps:
         if any(g > self.max_gap * period for g in gaps):  # a jump among the first gaps: judge none of them
             self._restart()
             return 0
-        n = sum(max(0, int(g / period + 0.5) - 1) for g in gaps)  # half up: a gap of 2.5 periods counts 2
+        n = sum(int(g / period + 0.5) - 1 for g in gaps if g >= MISSING_AT * period)  # half up: 2.5 periods count 2
         self.missing += n
         return n
 
     def period(self) -> float:
         """The camera's period in nanoseconds as estimated now; 0.0 until `warmup` gaps are known."""
-        return float(np.median(self._gaps)) if len(self._gaps) >= self.warmup else 0.0
+        if len(self._gaps) < self.warmup:
+            return 0.0
+        median = float(np.median(self._gaps))
+        # the mean of the gaps that hold no loss: a stamp's jitter moves two neighbouring gaps in opposite
+        # directions, so their mean stays on the period where a small window's median does not
+        return float(np.mean([g for g in self._gaps if g < INLIER * median]))
 
     def _restart(self) -> None:
         self._gaps.clear()
