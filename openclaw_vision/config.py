@@ -201,7 +201,7 @@ class EncoderConfig(NodeConfig):
         choices=(GATE_AUTO, *(p for p in gate.POLICIES if p != "ignore")),
     )  # fmt: skip
     reliability: str = param("best_effort", "image subscription QoS (best_effort = sensor data)", choices=RELIABILITIES)
-    depth: int = param(5, "image subscription history depth (re-subscribes when changed)", minimum=1, runtime=True)
+    depth: int = param(32, "image subscription history depth (re-subscribes when changed)", minimum=1, runtime=True)
     diagnostics_period: float = param(1.0, "seconds between /diagnostics messages", **PERIOD)
     log_throttle_period: float = param(2.0, "seconds between log lines about one repeated problem", **PERIOD)
     transport: str = param("auto", "auto: rclpy if ROS 2 is sourced, else cyclonedds", choices=TRANSPORTS)

@@ -55,6 +55,87 @@ class Counters:
             return dict(self._values)
 
 
+#: a gap counts as frames missing from this many periods up (1.5 would take a gap stretched by jitter)
+MISSING_AT = 1.7
+#: gaps shorter than this many medians are taken for the period's mean (a loss's gap is left out)
+INLIER = 1.9
+
+
+class StampGaps:
+    """An estimate of the frames one camera sent that never arrived, from the gaps between header stamps.
+
+    An estimate, not a count: nothing below us counts these frames. rmw on Humble gives an rclpy
+    best-effort reader no report of a sample it never assembled (a 1080p frame whose fragments
+    overflowed the socket buffer, one overwritten in the reader's history before it was taken, one
+    published before the reader matched), and a Cyclone reader's sample-lost status (the node's
+    `lost`) covers only what the reader itself discarded. A camera stamps its frames at a steady
+    period, so a gap of k periods between two consecutive stamps that arrived means k - 1 frames
+    in between did not.
+
+    The period is the median of the last `window` gaps: robust to the gaps of the losses themselves
+    while fewer than half of the recent gaps hold one (a camera losing every other frame looks like
+    one at half the rate), and the period is the mean of the window's gaps below 1.9 medians (jitter
+    cancels in it). A gap of `MISSING_AT` (1.7) periods or more counts k - 1, k its rounded length in
+    periods, so stamps jittered by ±20 % of a period count nothing; a single missing frame between
+    two stamps jittered more than ±15 % toward each other may go uncounted. The first gaps are held
+    until `warmup` of them are known, then judged with that period, so a loss just after start is
+    counted too. A stamp that does not move forward
+    (a bag played again, a restarted camera, a camera that leaves stamps at zero) or that jumps more
+    than `max_gap` periods (a paused camera, another recording) starts the estimate over and counts
+    nothing. Frames lost before the first that arrived, or after the last, cannot be seen here.
+
+    One producer (the camera's subscription thread) calls `add`; `missing` and `resets` may be read
+    from any thread.
+    """
+
+    def __init__(self, window: int = 15, warmup: int = 8, max_gap: int = 100) -> None:
+        self.window, self.warmup, self.max_gap = window, warmup, max_gap
+        self._gaps: deque[int] = deque(maxlen=window)
+        self._pending: list[int] = []  # gaps seen before the period was known
+        self._prev: int | None = None
+        self.missing = 0  # frames estimated missing between consecutive stamps
+        self.resets = 0  # times the stamps went backwards or jumped, and the estimate started over
+
+    def add(self, stamp_ns: int) -> int:
+        """Take the next arrived frame's stamp (nanoseconds); returns the frames it adds to `missing`."""
+        prev, self._prev = self._prev, stamp_ns
+        if prev is None:
+            return 0
+        gap = stamp_ns - prev
+        period = self.period()
+        if gap <= 0 or (period and gap > self.max_gap * period):
+            self._restart()
+            return 0
+        self._gaps.append(gap)
+        if not period:
+            self._pending.append(gap)
+            if len(self._gaps) < self.warmup:
+                return 0
+            period, gaps, self._pending = self.period(), self._pending, []
+        else:
+            gaps = [gap]
+        if any(g > self.max_gap * period for g in gaps):  # a jump among the first gaps: judge none of them
+            self._restart()
+            return 0
+        n = sum(int(g / period + 0.5) - 1 for g in gaps if g >= MISSING_AT * period)  # half up: 2.5 periods count 2
+        self.missing += n
+        return n
+
+    def period(self) -> float:
+        """The camera's period in nanoseconds as estimated now; 0.0 until `warmup` gaps are known."""
+        if len(self._gaps) < self.warmup:
+            return 0.0
+        median = float(np.median(self._gaps))
+        # the mean of the gaps that hold no loss: a stamp's jitter moves two neighbouring gaps in opposite
+        # directions, so their mean stays on the period where a small window's median does not
+        return float(np.mean([g for g in self._gaps if g < INLIER * median]))
+
+    def _restart(self) -> None:
+        self._gaps.clear()
+        self._pending = []
+        self.resets += 1
+
+
 class LatestSlots:
     """One newest-item mailbox per camera, one taker: the newest-frame policy in one place.
 

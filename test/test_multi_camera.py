@@ -439,3 +439,63 @@ def test_the_node_overlaps_its_stages_only_where_the_encode_leaves_this_hosts_co
     assert overlaps(FramePipeline(remote))
     shared = BoundPreprocessor(CpuPreprocessor(), np.empty((8, 3, 224, 224), np.float32))  # writes the encoder's input
     assert not overlaps(FramePipeline(remote, preprocessor=shared))
+
+
+@pytest.mark.dds
+def test_a_camera_whose_stamps_skip_frames_shows_the_estimate_in_stats_and_diagnostics(tiny_model, dds_domain,
+                                                                                       tmp_path):  # fmt: skip
+    """Two cameras at 30 fps into the pip-path node; the left one's stamps skip 3 frames in a row and
+    then 1 (frames a camera sent that never arrived): that camera alone shows missing_estimate 4, in
+    --stats-json and on its /diagnostics status, and the totals carry it."""
+    from openclaw_vision.ros.cyclone import CycloneTransport
+    from openclaw_vision.ros.diagnostics import status_values
+    from openclaw_vision.ros.encoder_node import STATUS_NAME
+    from openclaw_vision.ros.process import NodeProcess
+    from openclaw_vision.ros.types import DIAGNOSTIC_ARRAY, IMAGE, VISUAL_FEATURES, QoS
+
+    stats_path = tmp_path / "stats.json"
+    node = NodeProcess(
+        ["--model", "tiny", "--model-path", str(tiny_model), "--backend", "onnxruntime", "--threads", "1",
+         "--image-topics", FRONT, LEFT, "--reliability", "reliable", "--diagnostics-period", "0.2",
+         "--transport", "cyclonedds", "--stats-json", str(stats_path)],
+        log_path=tmp_path / "node.log",
+    )  # fmt: skip
+    t = CycloneTransport("test_stamp_gaps")
+    skipped = {6, 7, 8, 12}
+    try:
+        qos = QoS("reliable", 10, "keep_all")
+        pubs = {cam: t.publisher(cam, IMAGE, qos) for cam in (FRONT, LEFT)}
+        inboxes = {cam: Inbox() for cam in pubs}
+        for cam, inbox in inboxes.items():
+            t.subscribe(cam.replace("image_raw", "visual_features"), VISUAL_FEATURES, QoS("reliable", 50, "keep_all"),
+                        inbox)  # fmt: skip
+        diags = Inbox()
+        t.subscribe("/diagnostics", DIAGNOSTIC_ARRAY, QoS("reliable", 10), diags)
+        wait_until(lambda: all(p.matched() for p in pubs.values()) and node.alive(), 90, "the node's subscriptions")
+        rgb = _pan(120, 160, 0)
+        sent = dict.fromkeys(pubs, 0)
+        for i in range(20):
+            stamp = 1_800_000_000_000_000_000 + i * 33_333_333
+            for cam, pub in pubs.items():
+                if cam == LEFT and i in skipped:
+                    continue
+                pub.publish(_image(t, stamp, cam, rgb.reshape(120, -1), 120, 160, "rgb8"))
+                sent[cam] += 1
+                inboxes[cam].wait(sent[cam], timeout=60)  # lockstep: nothing is dropped or lost here
+        camera = f"encoder_node: camera {LEFT}"
+        last = diags.wait_for(lambda ms: any((status_values(m, camera) or {}).get("encoded") == str(sent[LEFT])
+                                             for m in ms), 30, "the left camera's diagnostics")  # fmt: skip
+        assert node.stop() == 0, node.log_text()[-3000:]
+    finally:
+        node.stop()
+        t.close()
+
+    stats = json.loads(stats_path.read_text())
+    cams = stats["cameras"]
+    assert cams[LEFT]["received"] == 16 and cams[LEFT]["lost"] == 0 and cams[LEFT]["missing_estimate"] == 4
+    assert cams[FRONT]["received"] == 20 and cams[FRONT]["missing_estimate"] == 0
+    assert stats["missing_estimate"] == 4
+    shown = next(m for m in reversed(last) if (status_values(m, camera) or {}).get("encoded") == str(sent[LEFT]))
+    assert status_values(shown, camera)["missing_estimate"] == "4"
+    assert status_values(shown, f"encoder_node: camera {FRONT}")["missing_estimate"] == "0"
+    assert status_values(shown, STATUS_NAME)["missing_estimate"] == "4"

@@ -7,7 +7,7 @@ import threading
 from hypothesis import given
 from hypothesis import strategies as st
 
-from openclaw_vision.stats import Counters, LatestSlots, percentiles
+from openclaw_vision.stats import Counters, LatestSlots, StampGaps, percentiles
 
 
 @given(st.lists(st.sampled_from(["put", "take"]), max_size=60))
@@ -69,3 +69,57 @@ def test_percentiles_and_counters():
     c.inc("a")
     c.inc("a", 2)
     assert c.snapshot() == {"a": 3, "b": 0}
+
+
+PERIOD = 33_333_333  # 30 fps, in ns
+START = 1_700_000_000_000_000_000
+
+
+def estimate(stamps) -> StampGaps:
+    gaps = StampGaps()
+    for s in stamps:
+        gaps.add(int(s))
+    return gaps
+
+
+def stamps_without(n: int, missing: set[int] = frozenset()) -> list[int]:
+    return [START + i * PERIOD for i in range(n) if i not in missing]
+
+
+def test_steady_stamps_estimate_no_missing_frames():
+    assert estimate(stamps_without(300)).missing == 0
+
+
+def test_one_missing_frame_is_one():
+    assert estimate(stamps_without(60, {30})).missing == 1
+
+
+def test_three_missing_in_a_row_are_three():
+    assert estimate(stamps_without(60, {20, 21, 22})).missing == 3
+
+
+def test_a_frame_missing_right_after_start_is_counted_once_the_period_is_known():
+    assert estimate(stamps_without(60, {2})).missing == 1
+
+
+def test_losses_here_and_there_add_up():
+    assert estimate(stamps_without(120, {5, 40, 41, 90, 91, 92, 93})).missing == 7
+
+
+def test_stamps_going_backwards_count_nothing_and_the_estimate_starts_over():
+    loop = stamps_without(60) + stamps_without(60)  # a bag played twice: its stamps start again
+    gaps = estimate(loop)
+    assert gaps.missing == 0 and gaps.resets == 1
+    again = estimate(stamps_without(60) + stamps_without(60, {30}))
+    assert again.missing == 1  # and after the restart it counts again
+
+
+def test_a_long_pause_or_stamps_at_zero_count_nothing():
+    paused = stamps_without(30) + [START + 3600 * 10**9 + i * PERIOD for i in range(30)]
+    assert estimate(paused).missing == 0
+    assert estimate([0] * 50).missing == 0
+
+
+@given(st.lists(st.floats(-0.2, 0.2), min_size=10, max_size=200))
+def test_jitter_of_a_fifth_of_the_period_counts_nothing(jitter):
+    assert estimate(START + (i + j) * PERIOD for i, j in enumerate(jitter)).missing == 0
