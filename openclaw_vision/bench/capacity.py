@@ -293,8 +293,7 @@ def encode_vs_peak(model: str, model_path: Path, backend: str, quick: bool) -> d
 
     from ..encoders import EncoderError, create_encoder
     from ..models.configs import get_config
-    from .roofline import int8_gemm_call
-    from .stages import PEAK_GEMM_N
+    from .roofline import PEAK_GEMM_N, int8_gemm_call
 
     setups = {f"{backend} (as the node)": (backend, "auto")}
     if backend == "openvino":

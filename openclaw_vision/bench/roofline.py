@@ -14,6 +14,9 @@ import numpy as np
 from ..models.configs import get_config
 from ..stats import Variant, run_interleaved
 
+#: the INT8 GEMM that bounds the encoders (stages and capacity modes): n x n x n
+PEAK_GEMM_N = 1024
+
 
 def _best_rate(fn, flops: float, repeats: int) -> float:
     """GFLOP/s of the fastest of `repeats` calls of `fn` (after one warm-up call)."""

@@ -95,13 +95,12 @@ def preprocess_fidelity(model: str, frames: list[Frame]) -> float:
     return float(cos.min())
 
 
-PEAK_GEMM_N = 1024
 
 
 def peak_variants(int8_names: list[str]) -> list[Variant]:
     """One INT8 GEMM per runtime, timed in the same shuffled rounds as the encoders it bounds (a peak
     timed apart from them once met another job's load and came out below what the encoder reached)."""
-    from .roofline import int8_gemm_call
+    from .roofline import PEAK_GEMM_N, int8_gemm_call
 
     return [
         Variant(f"peak/int8-gemm-{INT8_RUNTIMES[v]}", int8_gemm_call(INT8_RUNTIMES[v], PEAK_GEMM_N), group="peak")
@@ -112,7 +111,7 @@ def peak_variants(int8_names: list[str]) -> list[Variant]:
 def int8_peak(model: str, peaks: list[Variant]) -> dict:
     """What the INT8 goal is measured against: each runtime's best INT8 GEMM rate here and the CPU's INT8 units."""
     from ..models.configs import get_config
-    from .roofline import int8_units
+    from .roofline import PEAK_GEMM_N, int8_units
 
     ops = 2 * PEAK_GEMM_N**3
     return {
