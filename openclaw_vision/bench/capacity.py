@@ -2,6 +2,7 @@
 
     player process ──(N camera topics)──DDS──► node process ──features──► this process (counts, stamps)
     player process ──(N camera topics)──DDS──► echo process ──a header back per frame──► this process
+                                                (ros/echo.py)
 
 For 1 and 4 cameras, raw rgb8 1080p and JPEG, with the sender in a process of its own:
 
@@ -12,7 +13,7 @@ For 1 and 4 cameras, raw rgb8 1080p and JPEG, with the sender in a process of it
 - **compute-bound rate**: the node's own backend, precision, threads and batch (min(N, max_batch))
   run in this process on frames in memory while nothing else runs: what the CPU allows the
   encoding alone.
-- **transport ceiling**: the same search into a bare subscriber (`echo`: the node's transport and
+- **transport ceiling**: the same search into a bare subscriber (ros/echo.py: the node's transport and
   QoS, every frame deserialised and validated as the node does, its header sent back, no encode).
 - **per-thread CPU** of the node (and of the echo and the player) in each trial, from
   /proc/<pid>/task (threads.py): per frame that came back, by thread role (Cyclone's own threads,
@@ -33,9 +34,6 @@ import contextlib
 import json
 import logging
 import os
-import signal
-import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,41 +51,6 @@ log = logging.getLogger(__name__)
 CAPACITY_CAMERAS = (1, 4)
 TRANSPORTS = ("raw", "compressed")
 ENCODE_BATCHES = (1, 4, 8)
-
-
-# --- the echo: the transport's own ceiling (a process of its own) ------------------------------------
-
-
-def echo(n: int, compressed: bool) -> int:
-    """Subscribe to the N camera topics as the node does (its QoS, its validation of each frame) and send
-    each frame's header back on the camera's features topic, with no embedding: no decode, no encode."""
-    import numpy as np
-
-    from ..config import EncoderConfig
-    from ..ros.convert import compressed_to_frame, features_message, image_to_frame
-    from ..ros.cyclone import CycloneTransport
-    from ..ros.types import COMPRESSED_IMAGE, IMAGE, VISUAL_FEATURES, QoS
-
-    cfg = EncoderConfig()
-    qos = QoS(cfg.reliability, cfg.depth)
-    to_frame = compressed_to_frame if compressed else image_to_frame
-    t = CycloneTransport("capacity_echo")
-    done = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: done.set())
-    empty = np.zeros(0, np.float32)
-    subs = []
-    for image, feats in topics(n, compressed):
-        pub = t.publisher(feats, VISUAL_FEATURES, QoS("reliable", 10))
-
-        def on(msg, _deserialize_s: float, pub=pub) -> None:
-            to_frame(msg)  # what the node's transport thread does with every frame
-            pub.publish(features_message(t, msg.header, "echo", empty))
-
-        subs.append(t.subscribe(image, COMPRESSED_IMAGE if compressed else IMAGE, qos, on))
-    done.wait()
-    t.close()
-    return 0
 
 
 # --- one receiver (node or echo) fed by the player at several rates ------------------------------------
@@ -132,6 +95,7 @@ class Trial:
 ROLES = {
     "dds-take": "transport thread (take, deserialize, validate)",
     "dds-service": "transport thread (services)",
+    "rclpy-spin": "transport thread (rclpy executor: take, deserialize, validate)",
     "encoder-worker": "worker (encode call, publish; a lone frame's decode and preprocess)",
     "encoder-prepa": "prepare thread (takes frames, hands batches on)",
     "prep_": "prepare pool (decode, preprocess)",
@@ -370,8 +334,9 @@ def measure_echo(args, n: int, compressed: bool, bag: Path, work: Path, guess: f
 
     work.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:
-        argv = children.python("-m", "openclaw_vision.bench.capacity", "echo", str(n),
-                               "compressed" if compressed else "raw")  # fmt: skip
+        images = [image for image, _ in topics(n, compressed)]
+        argv = children.python("-m", "openclaw_vision.ros.echo", "--transport", "cyclonedds",
+                               *(["--compressed"] if compressed else []), *images)  # fmt: skip
         env = {"CYCLONEDDS_URI": chosen_uri(os.environ)}  # loopback, as the nodes (ros/process.py)
         rx = Receiver(children.Child(argv, log_path=work / "echo.log", env=env), n, compressed, work, stack)
         best, tried = search(lambda f: rx.trial(f, args.seconds, args.warmup, bag), guess, 4 if args.quick else 6)
@@ -549,14 +514,3 @@ def cpu_figure(plt, res: dict):
     ax.set_title("encoder node at capacity: CPU per frame by thread")
     ax.legend(fontsize=7)
     return fig
-
-
-def main(argv: list[str]) -> int:
-    if argv[:1] == ["echo"]:
-        return echo(int(argv[1]), argv[2] == "compressed")
-    print("usage: python -m openclaw_vision.bench.capacity echo N raw|compressed", file=sys.stderr)
-    return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,89 @@
+"""What receiving a 1080p frame costs, on the pip path (Cyclone DDS from Python) and under rclpy on the
+real Humble (issue 27 item 4). A measurement, not a test: it prints numbers and asserts nothing.
+
+    flock /tmp/openclaw-cpu.lock .venv/bin/python test/support/receive_cost.py [--fps 30] [--seconds 6]
+
+For each transport, ros/echo.py (the encoder node's subscription, QoS and frame validation, a header
+sent back per frame, no encode) receives one camera of raw rgb8 1080p frames from the capacity bench's
+player (its own process, pip path) at --fps, interleaved over --rounds; the echo under rclpy runs from
+a colcon build of this checkout in the robot venv (as bag_loss.py builds it). Printed per transport:
+frames back of those sent, the echo's CPU per frame by thread (bench/capacity.py's roles) and in total.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # test/ (for `support`)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout
+
+from support import humble
+from support.bag_loss import domain_lock
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--fps", type=float, default=30.0)
+    p.add_argument("--seconds", type=float, default=6.0)
+    p.add_argument("--warmup", type=float, default=1.5)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--work", type=Path, default=Path("/tmp/openclaw-receive-cost"))
+    p.add_argument("--rebuild", action="store_true")
+    args = p.parse_args(argv)
+
+    from openclaw_vision import bags, children
+    from openclaw_vision.bench.cameras import PLAYER_FRAMES, topics
+    from openclaw_vision.bench.capacity import Receiver
+
+    args.work.mkdir(parents=True, exist_ok=True)
+    lock = domain_lock()  # noqa: F841 - held until exit
+    os.environ["CYCLONEDDS_URI"] = humble.LOOPBACK_CONFIG.as_uri()
+    prefix, source, venv = humble.prepare()
+    ros2 = humble.Ros2(prefix, source, venv, args.work / "run")
+    ws = args.work / "ws"
+    if args.rebuild or not (ws / "install" / "setup.bash").is_file():
+        res = ros2.build(ws)
+        if res.returncode:
+            print(res.stdout[-4000:], res.stderr[-2000:])
+            return 1
+    ros2.use(ws / "install")
+    bag = args.work / "frames-raw"
+    if not bag.exists():
+        bags.write_sample_bag(bag, frames=PLAYER_FRAMES, fps=30.0)
+    images = [image for image, _ in topics(1, False)]
+    echo = ["-m", "openclaw_vision.ros.echo", *images]
+    how = {
+        "pip (cyclonedds-python)": (children.python(*echo, "--transport", "cyclonedds"), None),
+        "rclpy (Humble, rmw_cyclonedds_cpp)": ([str(venv / "bin" / "python"), *echo, "--transport", "rclpy"],
+                                               ros2.environ()),
+    }  # fmt: skip
+    rows: dict[str, list] = {k: [] for k in how}
+    for r in range(args.rounds):
+        for name, (argv_, env) in how.items():
+            work = args.work / f"{name.split()[0]}-{r}"
+            with contextlib.ExitStack() as stack:
+                child = children.Child(argv_, log_path=work / "echo.log", env=env, cwd=args.work)
+                rx = Receiver(child, 1, False, work, stack)
+                rx.trial(args.fps, args.seconds, args.warmup, bag)
+                rx.attribute({})
+            t = rx.trials[0]
+            rows[name].append(t.record())
+            total = sum(t.cpu_ms_per_frame.values())
+            print(f"{name}: {t.back}/{t.sent} back at {t.send_fps:.1f} fps; {total:.2f} core-ms per frame: "
+                  f"{t.cpu_ms_per_frame}", flush=True)  # fmt: skip
+    summary = {
+        name: {"cpu_ms_per_frame_total": [round(sum(t["cpu_ms_per_frame"].values()), 2) for t in ts],
+               "back_of_sent": [f"{t['back']}/{t['sent']}" for t in ts]}
+        for name, ts in rows.items()
+    }  # fmt: skip
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
