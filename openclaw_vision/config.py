@@ -191,8 +191,8 @@ class EncoderConfig(NodeConfig):
     threads: int = param(_OPTS.threads, "inference threads, 0 = one per core", minimum=0)
     performance_hint: str = param(
         _OPTS.performance_hint,
-        "OpenVINO: latency = a batch as one request on all threads; throughput = each frame of a batch a request "
-        "on one of NUM_STREAMS streams; auto = latency for a lone frame, streams for a batch of several",
+        "OpenVINO: latency = a batch as one request on all threads; throughput = each frame a request on one of "
+        "NUM_STREAMS streams (more memory; slower in the node on 2 cores)",
         choices=PERFORMANCE_HINTS,
     )  # fmt: skip
     gate: str = param(

@@ -32,7 +32,7 @@ def test_cli_flags_mirror_the_config_keys():
     ("values", "message"),
     [
         ({"backend": "cuda"}, "parameter backend=.cuda.: choose one of auto, tensorrt, torch, openvino, onnxruntime"),
-        ({"performance_hint": "fast"}, "parameter performance_hint='fast': choose one of auto, latency, throughput"),
+        ({"performance_hint": "fast"}, "parameter performance_hint='fast': choose one of latency, throughput"),
         ({"reliability": "sometimes"}, "parameter reliability='sometimes'"),
         ({"depth": 0}, "parameter depth=0: must be >= 1"),
         ({"model": "ViT-Z"}, "parameter model='ViT-Z': unknown"),

@@ -170,19 +170,21 @@ class _Usage:
         }
 
 
-def _node_args(model: str, model_path: Path, backend: str, stats: Path) -> list[str]:
-    return ["--model", model, "--model-path", str(model_path), "--backend", backend, "--transport", "cyclonedds",
-            "--diagnostics-period", "1.0", "--stats-json", str(stats)]  # fmt: skip
+def node_args(args, stats: Path) -> list[str]:
+    """A bench node's flags: the bench's model, backend and performance hint, the nodes' defaults otherwise."""
+    return ["--model", args.model, "--model-path", str(args.int8_model_path), "--backend", args.backend,
+            "--performance-hint", args.performance_hint, "--transport", "cyclonedds", "--diagnostics-period", "1.0",
+            "--stats-json", str(stats)]  # fmt: skip
 
 
 def _launches(setup: str, cams: list[tuple[str, str]], args, trial: Path) -> list[list[str]]:
     """Each node's command line: one multi-camera node, or one node per camera (`--image-topic` of its own)."""
     if setup == "multi":
-        base = _node_args(args.model, args.int8_model_path, args.backend, trial / "stats0.json")
+        base = node_args(args, trial / "stats0.json")
         return [[*base, "--image-topics", *(t for t, _ in cams)]]
     launches = []
     for k, (image, feats) in enumerate(cams):
-        one = _node_args(args.model, args.int8_model_path, args.backend, trial / f"stats{k}.json")
+        one = node_args(args, trial / f"stats{k}.json")
         if image.endswith("/compressed"):
             one += ["--image-transport", "compressed"]
         launches.append([*one, "--image-topic", image.removesuffix("/compressed"), "--features-topic", feats])

@@ -41,7 +41,7 @@ from pathlib import Path
 from .. import bags, children, threads
 from ..stats import Variant, percentiles, run_interleaved
 from .cameras import FPS, PLAYER_FRAMES, _Features, run_setup, topics, where_time_goes
-from .cameras import _node_args as _camera_node_args
+from .cameras import node_args as camera_node_args
 from .goals import GOALS, row, within
 from .node import MAX_DROP, BenchError
 
@@ -248,9 +248,9 @@ def compute_bound(bag: Path, model_path: Path, backend: str, precision: str, bat
     }
 
 
-def encode_vs_peak(model: str, model_path: Path, backend: str, quick: bool) -> dict:
+def encode_vs_peak(model: str, model_path: Path, backend: str, hint: str, quick: bool) -> dict:
     """INT8 encode per frame at each batch of ENCODE_BATCHES against each runtime's INT8 GEMM peak, all
-    timed in the same interleaved rounds: the node's backend as the node runs it (performance_hint auto),
+    timed in the same interleaved rounds: the node's backend as the node runs it (its performance_hint),
     OpenVINO also as one request per batch (latency), and ONNX Runtime where it runs this model. The
     fraction is the model's ops per frame over the time per frame, over the runtime's peak."""
     import numpy as np
@@ -259,11 +259,12 @@ def encode_vs_peak(model: str, model_path: Path, backend: str, quick: bool) -> d
     from ..models.configs import get_config
     from .roofline import PEAK_GEMM_N, int8_gemm_call
 
-    setups = {f"{backend} (as the node)": (backend, "auto")}
-    if backend == "openvino":
-        setups["openvino latency (a batch as one request)"] = ("openvino", "latency")
+    setups = {f"{backend} (as the node)": (backend, hint)}
+    if backend == "openvino":  # the other way to run a batch (encoders/openvino.py)
+        other = "throughput" if hint == "latency" else "latency"
+        setups[f"openvino {other}"] = ("openvino", other)
     if backend != "onnxruntime":
-        setups["onnxruntime"] = ("onnxruntime", "auto")
+        setups["onnxruntime"] = ("onnxruntime", "latency")
     encoders = {}
     for label, (runtime, hint) in setups.items():
         try:
@@ -297,7 +298,7 @@ def encode_vs_peak(model: str, model_path: Path, backend: str, quick: bool) -> d
 
 def _node_args(args, n: int, compressed: bool, stats: Path) -> list[str]:
     """The multi-camera node of bench/cameras.py (its defaults: sensor-data QoS, auto threads and batch)."""
-    return [*_camera_node_args(args.model, args.int8_model_path, args.backend, stats),
+    return [*camera_node_args(args, stats),
             "--image-topics", *(image for image, _ in topics(n, compressed))]  # fmt: skip
 
 
@@ -384,7 +385,7 @@ def run_capacity(args, work: Path) -> dict:
     backend, precision = _backend_of(args)
     out: dict = {"backend": backend, "precision": precision, "seconds": args.seconds, "warmup": args.warmup,
                  "compute": [], "ceiling": [], "node": [], "four_cameras": {}}  # fmt: skip
-    out["encode_vs_peak"] = encode_vs_peak(args.model, args.int8_model_path, backend, args.quick)
+    out["encode_vs_peak"] = encode_vs_peak(args.model, args.int8_model_path, backend, args.performance_hint, args.quick)
     for transport in transports:
         compressed = transport == "compressed"
         bag = _bag(work, compressed)

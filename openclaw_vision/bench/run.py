@@ -107,7 +107,8 @@ def run_bench(args: argparse.Namespace) -> dict:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..config import IMAGE_TRANSPORTS
+    from ..config import IMAGE_TRANSPORTS, EncoderConfig
+    from ..encoders.options import PERFORMANCE_HINTS
     from .cameras import CAMERA_COUNTS
     from .vlm import run_vlm
 
@@ -129,7 +130,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(default both)")  # fmt: skip
     p.add_argument("--seconds", type=float, default=10.0, help="cameras mode: measured seconds per trial")
     p.add_argument("--warmup", type=float, default=2.0, help="cameras mode: seconds played before measuring")
-    p.add_argument("--backend", default="auto", help="cameras mode: the nodes' backend")
+    p.add_argument("--backend", default="auto", help="cameras and capacity modes: the nodes' backend")
+    p.add_argument("--performance-hint", choices=PERFORMANCE_HINTS, default=EncoderConfig.performance_hint,
+                   help="cameras and capacity modes: the nodes' performance_hint")  # fmt: skip
     p.add_argument("--memory-rows", type=lambda s: tuple(int(n) for n in s.split(",")), default=None,
                    help="memory mode: row counts (default 10000,100000,1000000; --quick: 10000)")  # fmt: skip
     p.add_argument("--out", type=Path, default=Path("out/bench"), help="folder for bench.json, bench.md and plots")

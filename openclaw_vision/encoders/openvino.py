@@ -14,15 +14,16 @@ the lower of the CPU's and that cap).
 OpenVINO FP32's 84 ms), its INT8 GEMM 119 against 192 GOP/s; on a Xeon with AVX-512 VNNI it was
 the other way round (15.6 ms against 20.6 ms). FP32 models go to OpenVINO on any x86 CPU.
 
-Batches run as parallel streams (`performance_hint`): one request over a batch of N frames on a
-model compiled for dynamic shapes cost per frame about what one frame costs alone (measured on a
-2-core EPYC with AVX-512 VNNI, ViT-B/32 INT8, per frame at batch 1 / 4 / 8: one dynamic request
-17.0 / 15.8 / 14.8 ms, a model compiled per static batch size 16.8 / 15.0 / 14.1 ms, two throughput
-streams of one thread each running the frames as single requests 29.7 (one frame) / 13.3 / 13.5 ms).
-So `throughput` runs every batch as single-frame requests on NUM_STREAMS streams; `latency` runs
-it as one request; `auto` (the default) runs a lone frame as one request on the latency model (a
-single camera's case: all threads on that frame) and a batch of several frames on the streams,
-compiled on the first such batch, so a one-camera node never pays for their memory.
+`performance_hint` says how a batch runs: `latency` (the default) as one request on all threads;
+`throughput` each frame a request of its own on NUM_STREAMS streams of one thread each (a model
+compiled for a static batch of one). Alone, on a 2-core EPYC with AVX-512 VNNI (ViT-B/32 INT8,
+per frame at batch 1 / 4 / 8, interleaved): one request 17.0 / 15.8 / 14.8 ms, a model compiled per
+static batch size 16.8 / 15.0 / 14.1 ms, two streams 29.7 / 13.3 / 13.5 ms. In the multi-camera
+node the streams lost that lead and cost memory: four 1080p cameras at 30 fps into one node, one
+run each (`bench --mode cameras --cameras 4 --performance-hint ...`), frames/s 33.2 on streams
+against 35.4 as one request (JPEG), 25.8 against 28.2 (raw), resident memory 670 against 385 MB and
+728 against 433 MB (the streams' compiled model: +290 MB). So the node runs a batch as one request;
+`throughput` is there for a host with cores to spare beside the encode.
 
 Inference precision is pinned to f32: on CPUs with bf16 units OpenVINO would otherwise run
 the float parts of the model in bf16, and the FP32 model would no longer be the FP32 reference.
@@ -92,7 +93,7 @@ def _dims(shape) -> list[int | None]:
 class OpenVinoEncoder(HostInput):
     backend = "openvino"
 
-    def __init__(self, model_path: str | Path, threads: int = 0, performance_hint: str = "auto") -> None:
+    def __init__(self, model_path: str | Path, threads: int = 0, performance_hint: str = "latency") -> None:
         if performance_hint not in PERFORMANCE_HINTS:
             raise EncoderError(
                 f"unknown performance_hint {performance_hint!r}; choose one of {', '.join(PERFORMANCE_HINTS)}"
@@ -119,9 +120,10 @@ class OpenVinoEncoder(HostInput):
         self.threads = threads if threads > 0 else (os.cpu_count() or 1)
         self.performance_hint = performance_hint
         self._core, self._path = core, path
-        latency = performance_hint != "throughput"
-        self._request = self._compile("LATENCY", model).create_infer_request() if latency else None
-        self._streams = self._stream_queue() if performance_hint == "throughput" else None
+        if performance_hint == "throughput":
+            self._request, self._streams = None, self._stream_queue()
+        else:
+            self._request, self._streams = self._compile("LATENCY", model).create_infer_request(), None
 
     def _compile(self, hint: str, model=None, **extra):
         """The model (read again unless given) compiled for the CPU with `hint` (f32 inference precision,
@@ -147,7 +149,7 @@ class OpenVinoEncoder(HostInput):
         if pixels.ndim != 4 or pixels.shape[1:] != (3, s, s):
             raise EncoderError(f"expected pixels (N, 3, {s}, {s}), got {pixels.shape}")
         pixels = np.ascontiguousarray(pixels, np.float32)
-        if self._request is not None and (len(pixels) == 1 or self.performance_hint == "latency"):
+        if self._request is not None:
             self._request.infer({0: pixels})
             out = self._request.get_output_tensor(0).data  # a view of the request's buffer: normalised into a copy
         else:
@@ -156,8 +158,6 @@ class OpenVinoEncoder(HostInput):
 
     def _on_streams(self, pixels: np.ndarray) -> np.ndarray:
         """Each frame a request of its own on the streams, its output row copied out as it completes."""
-        if self._streams is None:  # auto: the first batch of several frames
-            self._streams = self._stream_queue()
         rows: list = [None] * len(pixels)
 
         def done(request, i: int) -> None:

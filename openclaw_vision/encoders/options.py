@@ -13,7 +13,7 @@ from ..gate import check_policy
 #: `gate: auto`: the INT8 gate policy follows the backend choice (`require` under `backend: auto`,
 #: so auto moves on to a backend where the model passed; `warn` for a backend named explicitly)
 GATE_AUTO = "auto"
-PERFORMANCE_HINTS = ("auto", "latency", "throughput")  # OpenVINO: encoders/openvino.py says what each does
+PERFORMANCE_HINTS = ("latency", "throughput")  # OpenVINO: encoders/openvino.py says what each does and measured
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,7 @@ class EncoderOptions:
     ValueError here, when the options are made, not at the first INT8 model."""
 
     threads: int = 0
-    performance_hint: str = "auto"
+    performance_hint: str = "latency"
     gate: str = GATE_AUTO
     triton_url: str = "127.0.0.1:8001"
     triton_model: str = ""
