@@ -373,7 +373,7 @@ def _result(n: int, compressed: bool, at30: Trial | None, best: Trial | None, tr
 
 def _backend_of(args) -> tuple[str, str]:
     """The backend and precision `--backend` resolves to here (`auto`: the node's own choice, the same
-    rule); each node run checks its /diagnostics-reported backend against it (`_result`)."""
+    rule); each node run checks the backend and precision in its --stats-json against it (measure_node)."""
     from ..encoders import create_encoder
 
     enc = create_encoder(args.backend, args.int8_model_path)
@@ -404,6 +404,7 @@ def run_capacity(args, work: Path) -> dict:
                                 guess=(combined or c["frames_per_s"]) / n, expect=(backend, precision))  # fmt: skip
             node["compute_frames_per_s"] = c["frames_per_s"]
             node["ceiling_fps_total"] = ceiling["capacity_fps_total"]
+            node["ceiling_sender_limited"] = ceiling["sender_limited"]  # then the ceiling is at least that
             node["combined_limit_fps"] = combined
             out["node"].append(node)
             print(_line(node), flush=True)
@@ -482,8 +483,9 @@ def markdown(res: dict) -> list[str]:
         lim = n["combined_limit_fps"]
         share = f"{(n['capacity_fps_total'] or 0) / lim:.0%}" if lim else "-"
         p99 = n["at_30fps"]["latency_ms"]["p99"] if n["at_30fps"] else "-"
+        ceiling = f"{'>= ' if n.get('ceiling_sender_limited') else ''}{n['ceiling_fps_total']}"
         lines.append(f"| {n['transport']} | {n['cameras']} | {n['capacity_fps_total']} | {n['compute_frames_per_s']} "
-                     f"| {n['ceiling_fps_total']} | {lim} | {share} | {p99} | {n['sender_limited']} |")  # fmt: skip
+                     f"| {ceiling} | {lim} | {share} | {p99} | {n['sender_limited']} |")  # fmt: skip
     lines += ["", "Core-ms per frame by thread at capacity (node; the player apart):", ""]
     for n in res["node"]:
         cap = n["at_capacity"] or n["at_30fps"]
