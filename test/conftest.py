@@ -6,12 +6,12 @@ domain id of its own, so tests never touch the external network nor each other.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import random
 from pathlib import Path
 
 import pytest
+from support.domains import LOCK_DIR, take_domain
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ["CYCLONEDDS_URI"] = (ROOT / "config" / "cyclonedds-loopback.xml").as_uri()
@@ -107,21 +107,14 @@ def dds_domain(monkeypatch):
     Held with an exclusive file lock for the test's duration, so test runs in several checkouts
     at once (or pytest-xdist workers) never share a domain and hear each other's nodes.
     """
-    lock_dir = Path(os.environ.get("OPENCLAW_DDS_LOCKS", "/tmp/openclaw-vision-dds-domains"))
-    lock_dir.mkdir(parents=True, exist_ok=True)
     order = list(DOMAINS)
     random.Random(os.getpid() ^ id(monkeypatch)).shuffle(order)
-    for domain in order:
-        handle = open(lock_dir / f"{domain}.lock", "w")  # noqa: SIM115 - held until the test ends
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.close()
-            continue
-        monkeypatch.setenv("ROS_DOMAIN_ID", str(domain))
-        try:
-            yield domain
-        finally:
-            handle.close()
-        return
-    pytest.fail(f"no free DDS domain in {DOMAINS} (locks in {lock_dir})")
+    got = take_domain(order)
+    if got is None:
+        pytest.fail(f"no free DDS domain in {DOMAINS} (locks in {LOCK_DIR})")
+    domain, handle = got
+    monkeypatch.setenv("ROS_DOMAIN_ID", str(domain))
+    try:
+        yield domain
+    finally:
+        handle.close()

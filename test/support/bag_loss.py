@@ -15,7 +15,6 @@ node's header-stamp gap estimate), and net.core.rmem_max.
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import os
 import sys
@@ -27,21 +26,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout
 
 from openclaw_vision.ros import dds_config
 from support import humble
+from support.domains import take_domain
 
 
 def domain_lock():
-    lock_dir = Path(os.environ.get("OPENCLAW_DDS_LOCKS", "/tmp/openclaw-vision-dds-domains"))
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    for domain in range(199, 20, -1):
-        handle = open(lock_dir / f"{domain}.lock", "w")  # noqa: SIM115 - held for the whole run
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.close()
-            continue
-        os.environ["ROS_DOMAIN_ID"] = str(domain)
-        return handle
-    raise SystemExit("no free DDS domain")
+    """A DDS domain of this run's own (support/domains.py), set in ROS_DOMAIN_ID; its lock is held until exit."""
+    got = take_domain(range(199, 20, -1))
+    if got is None:
+        raise SystemExit("no free DDS domain")
+    os.environ["ROS_DOMAIN_ID"] = str(got[0])
+    return got[1]
 
 
 def socket_drops(pid: int) -> int:
@@ -81,15 +75,7 @@ def main(argv: list[str]) -> int:
 
     args.work.mkdir(parents=True, exist_ok=True)
     lock = domain_lock()  # noqa: F841 - held until exit
-    prefix, source, venv = humble.prepare()
-    ros2 = humble.Ros2(prefix, source, venv, args.work / "run")
-    ws = args.work / "ws"
-    if args.rebuild or not (ws / "install" / "setup.bash").is_file():
-        res = ros2.build(ws)
-        if res.returncode:
-            print(res.stdout[-4000:], res.stderr[-2000:])
-            return 1
-    ros2.use(ws / "install")
+    ros2 = humble.built(args.work, args.rebuild)
     model = args.work / "tiny.fp32.onnx"
     if not model.is_file():
         export_model("tiny", model)

@@ -418,6 +418,20 @@ def ros_args(params: dict[str, str]) -> list[str]:
     return ["--ros-args", *[a for k, v in params.items() for a in ("-p", f"{k}:={v}")]]
 
 
+def built(work: Path, rebuild: bool = False) -> Ros2:
+    """Humble prepared, this checkout colcon-built in `work`/ws (kept between runs unless `rebuild`) and
+    its install in use: what the measurement scripts (bag_loss.py, receive_cost.py) start from."""
+    prefix, source, venv = prepare()
+    ros2 = Ros2(prefix, source, venv, work / "run")
+    ws = work / "ws"
+    if rebuild or not (ws / "install" / "setup.bash").is_file():
+        res = ros2.build(ws)
+        if res.returncode:
+            raise SystemExit(f"colcon build failed:\n{res.stdout[-4000:]}\n{res.stderr[-2000:]}")
+    ros2.use(ws / "install")
+    return ros2
+
+
 def prepare() -> tuple[Path, str, Path]:
     """Everything the tier needs before its first test: Humble, the apt keys, the robot venv."""
     prefix, source = find_humble(prepare=True)

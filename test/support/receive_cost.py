@@ -43,15 +43,8 @@ def main(argv: list[str]) -> int:
     args.work.mkdir(parents=True, exist_ok=True)
     lock = domain_lock()  # noqa: F841 - held until exit
     os.environ["CYCLONEDDS_URI"] = humble.LOOPBACK_CONFIG.as_uri()
-    prefix, source, venv = humble.prepare()
-    ros2 = humble.Ros2(prefix, source, venv, args.work / "run")
-    ws = args.work / "ws"
-    if args.rebuild or not (ws / "install" / "setup.bash").is_file():
-        res = ros2.build(ws)
-        if res.returncode:
-            print(res.stdout[-4000:], res.stderr[-2000:])
-            return 1
-    ros2.use(ws / "install")
+    ros2 = humble.built(args.work, args.rebuild)
+    venv = ros2.venv
     bag = args.work / "frames-raw"
     if not bag.exists():
         bags.write_sample_bag(bag, frames=PLAYER_FRAMES, fps=30.0)
