@@ -79,8 +79,12 @@ class BatchResult:
 
 
 def usable_cores() -> int:
-    """The cores this process may run on (its affinity mask, not the machine's count)."""
-    return len(os.sched_getaffinity(0))
+    """The cores this process may run on (its affinity mask, not the machine's count; the count where
+    the platform has no affinity call)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 class FramePipeline:

@@ -128,7 +128,7 @@ class OpenVinoEncoder(HostInput):
     def _compile(self, hint: str, model=None, **extra):
         """The model (read again unless given) compiled for the CPU with `hint` (f32 inference precision,
         our thread count)."""
-        model = model or self._core.read_model(str(self._path))
+        model = self._core.read_model(str(self._path)) if model is None else model
         if hint == "THROUGHPUT":  # single-frame requests: a static shape of 1
             model.reshape({model.inputs[0].get_any_name(): [1, 3, self.image_size, self.image_size]})
         config = {"PERFORMANCE_HINT": hint, "INFERENCE_NUM_THREADS": self.threads, "INFERENCE_PRECISION_HINT": "f32"}
