@@ -31,6 +31,7 @@ from pathlib import Path
 
 from .. import bags, children
 from .goals import CAMERAS_GOAL_N, GOALS, row
+from .node import BenchError
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,19 @@ def play(bag: Path, n: int, fps: float, seconds: float, compressed: bool, out: P
     time.sleep(0.3)
     t.close()
     return 0
+
+
+def start_player(bag: Path, n: int, fps: float, seconds: float, compressed: bool, out: Path,
+                 what: str) -> children.Child:  # fmt: skip
+    """`play` in a process of its own, returned once it is publishing to matched subscribers (its
+    `ready` line); its counts and stamps go to `out`, its log beside it."""
+    argv = children.python("-m", "openclaw_vision.bench.cameras", "play", str(bag), str(n), str(fps), str(seconds),
+                           "compressed" if compressed else "raw", str(out))  # fmt: skip
+    player = children.Child(argv, log_path=out.with_suffix(".log"), stdout_pipe=True)
+    if player.proc.stdout.readline().strip() != "ready":
+        player.stop()
+        raise BenchError(f"{what}: the player found no receiver ({player.how}): {player.log_text()[-1500:]}")
+    return player
 
 
 # --- the measuring side ---------------------------------------------------------------------------
@@ -209,11 +223,8 @@ def _play(what: str, n: int, args, bag: Path, trial: Path, nodes: list, usage: _
     import psutil
 
     out = trial / "player.json"
-    argv = children.python("-m", "openclaw_vision.bench.cameras", "play", str(bag), str(n), str(FPS),
-                           str(args.warmup + args.seconds), args.camera_transport, str(out))  # fmt: skip
-    player = stack.enter_context(children.Child(argv, log_path=trial / "player.log", stdout_pipe=True))
-    if player.proc.stdout.readline().strip() != "ready":
-        raise RuntimeError(f"{what}: the player found no node ({player.how}): {player.log_text()[-1500:]}")
+    player = stack.enter_context(start_player(bag, n, FPS, args.warmup + args.seconds,
+                                              args.camera_transport == "compressed", out, what))  # fmt: skip
     pproc = psutil.Process(player.pid)
     t_start = time.time_ns()
     time.sleep(args.warmup)

@@ -39,19 +39,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import bags, children, threads
+from ..config import IMAGE_TRANSPORTS
 from ..stats import Variant, percentiles, run_interleaved
-from .cameras import FPS, PLAYER_FRAMES, _Features, run_setup, topics, where_time_goes
+from .cameras import FPS, PLAYER_FRAMES, _Features, run_setup, start_player, topics, where_time_goes
 from .cameras import node_args as camera_node_args
 from .goals import GOALS, row, within
-from .node import MAX_DROP, BenchError
+from .node import MAX_DROP, BenchError, compute_bound
 
 log = logging.getLogger(__name__)
 
 #: what the capacity goals are judged on, and the batch sizes of the encode-vs-peak table
 CAPACITY_CAMERAS = (1, 4)
-TRANSPORTS = ("raw", "compressed")
 ENCODE_BATCHES = (1, 4, 8)
-WINDOWS = 3  # compute alone: the best of this many windows
 
 
 # --- one receiver (node or echo) fed by the player at several rates ------------------------------------
@@ -145,11 +144,7 @@ class Receiver:
     def trial(self, fps: float, seconds: float, warmup: float, bag: Path) -> Trial:
         """Play `fps` per camera for warmup + seconds; count what came back of the frames stamped in the window."""
         out = self.work / f"player-{len(self.trials)}.json"
-        argv = children.python("-m", "openclaw_vision.bench.cameras", "play", str(bag), str(self.n), str(fps),
-                               str(warmup + seconds), "compressed" if self.compressed else "raw", str(out))  # fmt: skip
-        with children.Child(argv, log_path=self.work / "player.log", stdout_pipe=True) as player:
-            if player.proc.stdout.readline().strip() != "ready":
-                raise BenchError(f"the player found no receiver ({player.how}): {player.log_text()[-1500:]}")
+        with start_player(bag, self.n, fps, warmup + seconds, self.compressed, out, self.work.name) as player:
             time.sleep(warmup)
             window0, cpu0, p0 = time.time_ns(), threads.cpu_by_thread(self.child.pid), _cpu_s(player.pid)
             time.sleep(seconds)
@@ -216,41 +211,6 @@ def search(measure, guess: float, steps: int) -> tuple[Trial | None, list[Trial]
 
 
 # --- compute alone -------------------------------------------------------------------------------------
-
-
-def compute_bound(bag: Path, model_path: Path, backend: str, precision: str, batch: int, seconds: float) -> dict:
-    """Frames/s of the node's pipeline (its backend, precision, default threads) on batches of `batch`
-    frames in memory (the best of WINDOWS windows), and the per-call latency percentiles at that batch."""
-    from ..encoders import create_encoder
-    from ..pipeline import FramePipeline
-
-    encoder = create_encoder(backend, model_path)
-    if encoder.precision != precision:
-        raise BenchError(f"compute alone runs {encoder.precision} on {backend}, the node ran {precision}")
-    pipeline = FramePipeline(encoder)
-    batch = min(batch, pipeline.max_batch)
-    frames = list(bags.iter_frames(bag, limit=PLAYER_FRAMES))
-    calls, k, rates = [], 0, []
-    for _ in range(2):  # warm-up
-        pipeline.run(frames[:batch])
-    for _ in range(WINDOWS):  # the best window: another job's load on the host only ever slows one down
-        window = []
-        end = time.perf_counter() + seconds / WINDOWS
-        while time.perf_counter() < end:
-            t0 = time.perf_counter()
-            pipeline.run([frames[(k + j) % len(frames)] for j in range(batch)])
-            window.append((time.perf_counter() - t0) * 1e3)
-            k += batch
-        rates.append(batch * len(window) / (sum(window) / 1e3))
-        calls += window
-    return {
-        "backend": encoder.backend,
-        "precision": encoder.precision,
-        "batch": batch,
-        "frames_per_s": round(max(rates), 2),
-        "frames_per_s_windows": [round(r, 2) for r in rates],
-        "call_ms": {q: round(v, 2) for q, v in percentiles(calls, (50, 99)).items()},
-    }
 
 
 def encode_vs_peak(model: str, model_path: Path, backend: str, hint: str, quick: bool) -> dict:
@@ -381,11 +341,11 @@ def _backend_of(args) -> tuple[str, str]:
 
 
 def run_capacity(args, work: Path) -> dict:
-    """Every (transport, N) of TRANSPORTS x args.cameras: compute alone, the transport's ceiling, the node."""
+    """Every (transport, N) of IMAGE_TRANSPORTS x args.cameras: compute alone, the transport's ceiling, the node."""
     if args.quick:
         args.seconds, args.warmup = min(args.seconds, 3.0), min(args.warmup, 1.0)
     work = work / "capacity"
-    transports = [args.camera_transport] if args.camera_transport else list(TRANSPORTS)
+    transports = [args.camera_transport] if args.camera_transport else list(IMAGE_TRANSPORTS)
     cams = tuple(n for n in args.cameras if n in CAPACITY_CAMERAS) or CAPACITY_CAMERAS
     backend, precision = _backend_of(args)
     out: dict = {"backend": backend, "precision": precision, "seconds": args.seconds, "warmup": args.warmup,
@@ -395,7 +355,8 @@ def run_capacity(args, work: Path) -> dict:
         compressed = transport == "compressed"
         bag = _bag(work, compressed)
         for n in cams:
-            c = compute_bound(bag, args.int8_model_path, backend, precision, n, 3.0 if args.quick else 9.0)
+            c = compute_bound(bag, args.int8_model_path, backend, precision, n, 3.0 if args.quick else 9.0,
+                              frames=PLAYER_FRAMES)  # fmt: skip
             out["compute"].append({"cameras": n, "transport": transport, **c})
             ceiling = measure_echo(args, n, compressed, bag, work / f"echo-{transport}-{n}", guess=120.0 / n)
             out["ceiling"].append(ceiling)
