@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import threading
 import time
 from pathlib import Path
 
@@ -71,25 +70,26 @@ class ServerProcess:
         self.url = ""
 
     def start(self) -> ServerProcess:
+        """Start the server and return once its URL line (`grpc://HOST:PORT`, printed to stdout when the model
+        is ready) is in the log, which takes its stdout and stderr both. The log is polled, not a pipe read by
+        a thread: one CI run saw the server log "serving ... at grpc://..." and then no URL reach a pipe reader
+        for 116 s (not reproduced in 16 starts here); a file that the child writes and this process reads
+        leaves nothing between the two that can hold the line back, and a timeout shows the log itself."""
         argv = children.cli("serve", "--model-path", str(self.model_path), "--address", self.address, *self.extra)
-        self.child = children.Child(argv, self.log_path, stdout_pipe=True)  # stdout: the URL; stderr: the log
-        got: list[str] = []
-        reader = threading.Thread(target=lambda: got.extend(self._first_url()), daemon=True)
-        reader.start()
-        reader.join(self.start_timeout)
-        if not got:
-            how = self.child.how
-            self.stop()
-            tail = self.log_path.read_text(errors="replace").splitlines()[-15:]
-            raise ServerError(f"serve did not print its URL within {self.start_timeout} s ({how}):\n" + "\n".join(tail))
-        self.url = got[0]
-        return self
-
-    def _first_url(self) -> list[str]:
-        for line in self.child.proc.stdout:
-            if line.startswith("grpc://"):
-                return [line.strip()]
-        return []
+        self.child = children.Child(argv, self.log_path)
+        deadline = time.monotonic() + self.start_timeout
+        while True:
+            self.url = next((line.strip() for line in self.child.log_text().splitlines()
+                             if line.startswith("grpc://")), "")  # fmt: skip
+            if self.url:
+                return self
+            if not self.child.alive() or time.monotonic() > deadline:
+                how = self.child.how
+                self.stop()
+                tail = self.child.log_text().splitlines()[-15:]
+                raise ServerError(f"serve did not print its URL within {self.start_timeout} s ({how}):\n"
+                                  + "\n".join(tail))  # fmt: skip
+            time.sleep(0.1)
 
     def alive(self) -> bool:
         return self.child is not None and self.child.alive()
