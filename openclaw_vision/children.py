@@ -118,7 +118,7 @@ class Child:
     """
 
     def __init__(self, argv: Sequence[str], log_path: Path | None = None, env: Mapping[str, str] | None = None,
-                 stdout_pipe: bool = False, cwd: str | Path | None = None) -> None:  # fmt: skip
+                 cwd: str | Path | None = None) -> None:  # fmt: skip
         self.argv = tuple(argv)
         self.log_path = Path(log_path) if log_path else None
         if self.log_path:
@@ -127,8 +127,8 @@ class Child:
         try:
             self.proc = subprocess.Popen(
                 list(argv),
-                stdout=subprocess.PIPE if stdout_pipe else log,
-                stderr=log if stdout_pipe else subprocess.STDOUT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 env={**os.environ, **(env or {})},
                 cwd=cwd,
                 text=True,
@@ -176,8 +176,6 @@ class Child:
         # whatever the leader's fate, no member of its group outlives it (while a member lives, the
         # kernel keeps the group id from being reused)
         _signal_group(self.pgid, signal.SIGKILL)
-        if self.proc.stdout:
-            self.proc.stdout.close()
         return self.proc.returncode
 
     @property
@@ -186,6 +184,19 @@ class Child:
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
+
+    def wait_for_line(self, prefix: str, timeout: float) -> str:
+        """The first line of the log that starts with `prefix` (stripped: a child's "ready" or URL line, printed
+        with flush), or "" once the child has exited or `timeout` seconds passed without one. The log is
+        polled, not a pipe read by a thread: one CI run saw a server log that it was serving and then no URL
+        reach a pipe reader in 116 s, and a file the child writes and this process reads leaves nothing
+        between the two to hold a line back (nor a pipe that fills when nobody reads it any more)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            line = next((ln.strip() for ln in self.log_text().splitlines() if ln.startswith(prefix)), "")
+            if line or not self.alive() or time.monotonic() > deadline:
+                return line
+            time.sleep(0.1)
 
     def __enter__(self) -> Child:
         return self

@@ -57,10 +57,7 @@ def test_child_stop_signals_the_group_and_logs(tmp_path):
         "signal.signal(signal.SIGINT, lambda *a: sys.exit(7))\ntime.sleep(600)\n"
     )
     with children.Child(children.python("-c", code), log_path=log) as child:
-        deadline = time.monotonic() + 20
-        while "up" not in child.log_text() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert child.alive()
+        assert child.wait_for_line("up", 20) == "up" and child.alive()
     assert child.proc.returncode == 7 and child.how == "exit 7"
     assert child.stop() == 7  # a second stop only answers
 
@@ -70,3 +67,19 @@ def test_child_that_ignores_sigint_is_killed_after_the_timeout():
     child = children.Child([sys.executable, "-c", code])
     time.sleep(0.5)
     assert child.stop(timeout=1) == -signal.SIGKILL
+
+
+def test_wait_for_line_finds_a_late_line_among_others_and_gives_up_when_the_child_exits(tmp_path):
+    """A server's URL comes after its log lines; a child that dies first is answered at once, not at the timeout."""
+    code = ("import sys, time\nprint('[log] loading', file=sys.stderr, flush=True)\ntime.sleep(1)\n"
+            "print('grpc://127.0.0.1:1 ', flush=True)\ntime.sleep(600)\n")
+    with children.Child(children.python("-c", code), log_path=tmp_path / "late.log") as child:
+        assert child.wait_for_line("grpc://", 30) == "grpc://127.0.0.1:1"
+    dead = children.Child(children.python("-c", "print('no node', flush=True)"), log_path=tmp_path / "dead.log")
+    start = time.monotonic()
+    assert dead.wait_for_line("ready", 60) == "" and time.monotonic() - start < 30 and dead.how == "exit 0"
+    quiet = children.Child(children.python("-c", "import time; time.sleep(600)"), log_path=tmp_path / "quiet.log")
+    try:
+        assert quiet.wait_for_line("ready", 0.5) == "" and quiet.alive()
+    finally:
+        quiet.stop()

@@ -101,8 +101,8 @@ def start_player(bag: Path, n: int, fps: float, seconds: float, compressed: bool
     `ready` line); its counts and stamps go to `out`, its log beside it."""
     argv = children.python("-m", "openclaw_vision.bench.cameras", "play", str(bag), str(n), str(fps), str(seconds),
                            "compressed" if compressed else "raw", str(out))  # fmt: skip
-    player = children.Child(argv, log_path=out.with_suffix(".log"), stdout_pipe=True)
-    if player.proc.stdout.readline().strip() != "ready":
+    player = children.Child(argv, log_path=out.with_suffix(".log"))
+    if player.wait_for_line("ready", 150.0) != "ready":  # the player itself gives up after 120 s
         player.stop()
         raise BenchError(f"{what}: the player found no receiver ({player.how}): {player.log_text()[-1500:]}")
     return player

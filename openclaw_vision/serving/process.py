@@ -70,26 +70,17 @@ class ServerProcess:
         self.url = ""
 
     def start(self) -> ServerProcess:
-        """Start the server and return once its URL line (`grpc://HOST:PORT`, printed to stdout when the model
-        is ready) is in the log, which takes its stdout and stderr both. The log is polled, not a pipe read by
-        a thread: one CI run saw the server log "serving ... at grpc://..." and then no URL reach a pipe reader
-        for 116 s (not reproduced in 16 starts here); a file that the child writes and this process reads
-        leaves nothing between the two that can hold the line back, and a timeout shows the log itself."""
+        """Start the server; return once its URL line (`grpc://HOST:PORT`, printed when the model is ready)
+        is in its log (stdout and stderr both)."""
         argv = children.cli("serve", "--model-path", str(self.model_path), "--address", self.address, *self.extra)
         self.child = children.Child(argv, self.log_path)
-        deadline = time.monotonic() + self.start_timeout
-        while True:
-            self.url = next((line.strip() for line in self.child.log_text().splitlines()
-                             if line.startswith("grpc://")), "")  # fmt: skip
-            if self.url:
-                return self
-            if not self.child.alive() or time.monotonic() > deadline:
-                how = self.child.how
-                self.stop()
-                tail = self.child.log_text().splitlines()[-15:]
-                raise ServerError(f"serve did not print its URL within {self.start_timeout} s ({how}):\n"
-                                  + "\n".join(tail))  # fmt: skip
-            time.sleep(0.1)
+        self.url = self.child.wait_for_line("grpc://", self.start_timeout)
+        if not self.url:
+            how = self.child.how
+            self.stop()
+            tail = self.child.log_text().splitlines()[-15:]
+            raise ServerError(f"serve did not print its URL within {self.start_timeout} s ({how}):\n" + "\n".join(tail))
+        return self
 
     def alive(self) -> bool:
         return self.child is not None and self.child.alive()
