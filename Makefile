@@ -107,8 +107,9 @@ demo: $(STAMP)
 lint: setup
 	$(PY) -m ruff check .
 
+# --durations: the slowest tests in every CI log, where the 20-minute budget of a fresh machine goes
 test: setup $(LLAMACPP_STAMP) lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
 
 clean:
 	rm -rf out .pytest_cache .ruff_cache
