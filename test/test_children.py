@@ -69,17 +69,23 @@ def test_child_that_ignores_sigint_is_killed_after_the_timeout():
     assert child.stop(timeout=1) == -signal.SIGKILL
 
 
-def test_wait_for_line_finds_a_late_line_among_others_and_gives_up_when_the_child_exits(tmp_path):
-    """A server's URL comes after its log lines; a child that dies first is answered at once, not at the timeout."""
+def test_wait_for_line_finds_a_late_line_among_others_and_gives_up_when_the_child_exits(tmp_path, monkeypatch):
+    """A server's URL comes after its log lines; a child that has exited is answered at once, without waiting
+    for the timeout (not a single poll); a quiet live child gets "" at the timeout and stays up."""
     code = ("import sys, time\nprint('[log] loading', file=sys.stderr, flush=True)\ntime.sleep(1)\n"
             "print('grpc://127.0.0.1:1 ', flush=True)\ntime.sleep(600)\n")
     with children.Child(children.python("-c", code), log_path=tmp_path / "late.log") as child:
         assert child.wait_for_line("grpc://", 30) == "grpc://127.0.0.1:1"
-    dead = children.Child(children.python("-c", "print('no node', flush=True)"), log_path=tmp_path / "dead.log")
-    start = time.monotonic()
-    assert dead.wait_for_line("ready", 60) == "" and time.monotonic() - start < 30 and dead.how == "exit 0"
     quiet = children.Child(children.python("-c", "import time; time.sleep(600)"), log_path=tmp_path / "quiet.log")
     try:
         assert quiet.wait_for_line("ready", 0.5) == "" and quiet.alive()
     finally:
         quiet.stop()
+    dead = children.Child(children.python("-c", "print('no node', flush=True)"), log_path=tmp_path / "dead.log")
+    assert dead.wait(60) == 0
+
+    def no_polling(_seconds: float) -> None:
+        raise AssertionError("wait_for_line polled a child that had already exited")
+
+    monkeypatch.setattr(children.time, "sleep", no_polling)
+    assert dead.wait_for_line("ready", 600) == "" and dead.how == "exit 0"
