@@ -1,5 +1,6 @@
 """ros2 launch openclaw_vision vision.launch.py image_topic:=/camera/image_raw [enable_vlm:=true] [enable_labels:=true]
 [enable_memory:=true]
+[respawn:=true]
 
 Starts the encoder node with a parameters file (`config`, default config/encoder.yaml); with
 enable_vlm:=true, the VLM node with `vlm_config` (default config/vlm.yaml); with
@@ -35,6 +36,8 @@ from openclaw_vision.ros.launch_args import (
 )
 
 PACKAGE = "openclaw_vision"
+#: seconds between a node's death and its restart with respawn:=true
+RESPAWN_DELAY_S = 2.0
 
 
 def _share(name: str) -> PathJoinSubstitution:
@@ -45,28 +48,34 @@ def _enabled(context, name: str) -> bool:
     return LaunchConfiguration(name).perform(context).lower() in ("true", "1")
 
 
-def _node(executable: str, params_file: str, overrides: dict) -> Node:
-    """One of our nodes: its parameters file, then only the arguments the user set."""
+def _node(executable: str, params_file: str, overrides: dict, respawn: bool) -> Node:
+    """One of our nodes: its parameters file, then only the arguments the user set. With respawn:=true launch
+    starts a node again whenever it ends while launch itself is not shutting down, whatever its exit code (Humble
+    launch/actions/execute_local.py: `if not context.is_shutdown and ... self.__respawn`): a node whose threads
+    keep failing exits 1 for this (threads.Supervisor); a stop of launch stops them all for good."""
     return Node(
         package=PACKAGE,
         executable=executable,
         name=executable,
         output="screen",
         parameters=[params_file, *([overrides] if overrides else [])],
+        respawn=respawn,
+        respawn_delay=RESPAWN_DELAY_S if respawn else None,
     )
 
 
 def _nodes(context) -> list:
     """The nodes, made once the arguments are known: a parameter dict only of what the user set."""
     given = context.launch_configurations
+    respawn = _enabled(context, "respawn")
     encoder_params, vlm_params, labels_params = node_overrides(given)
-    nodes = [_node("encoder_node", given["config"], encoder_params)]
+    nodes = [_node("encoder_node", given["config"], encoder_params, respawn)]
     if _enabled(context, "enable_vlm"):
-        nodes.append(_node("vlm_node", given["vlm_config"], vlm_params))
+        nodes.append(_node("vlm_node", given["vlm_config"], vlm_params, respawn))
     if _enabled(context, "enable_labels"):
-        nodes.append(_node("labels_node", given["labels_config"], labels_params))
+        nodes.append(_node("labels_node", given["labels_config"], labels_params, respawn))
     if _enabled(context, "enable_memory"):
-        nodes.append(_node("memory_node", given["memory_config"], memory_overrides(given)))
+        nodes.append(_node("memory_node", given["memory_config"], memory_overrides(given), respawn))
     return nodes
 
 
@@ -83,6 +92,9 @@ def generate_launch_description() -> LaunchDescription:
             "memory_config", default_value=_share("memory.yaml"), description="memory node parameters file"
         ),
         DeclareLaunchArgument("enable_memory", default_value="false", description="also start the memory node"),
+        DeclareLaunchArgument(
+            "respawn", default_value="false", description="start a node again after it ended by itself (a fault)"
+        ),
     ]
     declared += [
         DeclareLaunchArgument(name, default_value=UNSET, description=argument_description(name))

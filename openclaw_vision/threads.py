@@ -8,6 +8,12 @@ thread it creates (a runtime's pool, spawned lazily on the first call) inherits 
 thread is told from ours by its id. `cpu_by_thread` reads every thread's CPU time of a process
 from /proc (Linux; elsewhere it returns nothing and the bench says so).
 
+`Supervisor` runs every loop a node starts on such a thread and keeps it running: a loop that ends
+with an unexpected exception is logged once with its traceback, counted, and entered again after a
+backoff; too many failures in a window are fatal (the node exits non-zero, so that a launch with
+`respawn:=true` starts it again). A thread that dies without a word leaves a node that is up,
+subscribed and silent: what a robot cannot tell from a working one.
+
 A leaf module: the nodes and the bench import it; it imports nothing of the package.
 """
 
@@ -15,9 +21,14 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import logging
 import os
 import threading
-from dataclasses import dataclass
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 PR_SET_NAME = 15
@@ -64,6 +75,166 @@ class Thread(threading.Thread):
     def run(self) -> None:
         name_current(self.name)
         super().run()
+
+
+#: a loop that failed waits this long before it runs again, doubled after each failure up to BACKOFF_MAX_S
+BACKOFF_S = 0.5
+BACKOFF_MAX_S = 8.0
+#: this many failures of one loop within FAULT_WINDOW_S are fatal: the node stops and exits non-zero
+MAX_FAILURES = 5
+FAULT_WINDOW_S = 60.0
+
+
+@dataclass
+class LoopFaults:
+    """What went wrong in one supervised loop: its failures so far and the latest one."""
+
+    failures: int = 0
+    last_error: str = ""
+    last_at: float = 0.0  # time.monotonic() of the latest failure (0: none)
+    recent: deque = field(default_factory=deque)  # monotonic times of the failures inside the window
+
+
+class Supervisor:
+    """Every thread a node starts, each running a loop that returns once the node's `stop` is set.
+
+    A loop that raises is logged once with its traceback (then its name, count and error on
+    /diagnostics through `faults()`), and run again after a backoff (BACKOFF_S doubling up to
+    BACKOFF_MAX_S) on the same thread, so the thread's name and id stay those the bench and /proc know.
+    MAX_FAILURES failures of one loop within FAULT_WINDOW_S are fatal: `fatal` names the loop and
+    `on_fatal(reason)` is called (the runner makes the node stop and exit non-zero). A loop that
+    returns while the node is not stopping is a failure too: a worker that quietly ends is the fault
+    this class exists to catch. `stop` interrupts a backoff, so a stop is never delayed by one.
+    """
+
+    def __init__(self, stop: threading.Event, log: logging.Logger,
+                 on_fatal: Callable[[str], None] | None = None) -> None:  # fmt: skip
+        self.stop = stop
+        self.log = log
+        self.on_fatal = on_fatal or (lambda _reason: None)
+        self.fatal = ""  # why the node must end ("": it need not)
+        self.threads: list[threading.Thread] = []
+        self._faults: dict[str, LoopFaults] = {}
+        self._lock = threading.Lock()
+
+    def thread(self, name: str, loop: Callable[[], None], *, until_stopped: bool = True) -> Thread:
+        """A daemon Thread (not started) running `loop` under supervision. `until_stopped`: the loop
+        runs until the node stops (its return before that is a failure); False: it may end by itself."""
+        t = Thread(target=self._run, args=(name, loop, until_stopped), name=name, daemon=True)
+        self.threads.append(t)
+        with self._lock:
+            self._faults[name] = LoopFaults()
+        return t
+
+    def start(self) -> None:
+        for t in self.threads:
+            t.start()
+
+    def join(self, timeout: float) -> list[str]:
+        """Join every started thread, in order, within `timeout` seconds in all; the names of those still
+        running (a call that does not return)."""
+        deadline = time.monotonic() + timeout
+        for t in self.threads:
+            if t.ident is not None:
+                t.join(max(0.0, deadline - time.monotonic()))
+        return self.alive()
+
+    def alive(self) -> list[str]:
+        return [t.name for t in self.threads if t.is_alive()]
+
+    def _run(self, name: str, loop: Callable[[], None], until_stopped: bool) -> None:
+        backoff = BACKOFF_S
+        while True:
+            try:
+                loop()
+            except Exception as err:  # BaseException (SystemExit, KeyboardInterrupt) is not ours to keep
+                error = f"{type(err).__name__}: {err}"
+                self.log.error("thread %s failed (restarting in %.1f s): %s\n%s", name, backoff, error,
+                               traceback.format_exc().rstrip())  # fmt: skip
+            else:
+                if self.stop.is_set() or not until_stopped:
+                    return
+                error = "the loop returned while the node runs"
+                self.log.error("thread %s ended by itself (restarting in %.1f s)", name, backoff)
+            if self._record(name, error) or self.stop.wait(backoff):
+                return
+            backoff = min(2 * backoff, BACKOFF_MAX_S)
+
+    def _record(self, name: str, error: str) -> bool:
+        """Count a failure of `name`; True when it is fatal (the thread then ends)."""
+        now = time.monotonic()
+        with self._lock:
+            f = self._faults[name]
+            f.failures, f.last_error, f.last_at = f.failures + 1, error, now
+            f.recent.append(now)
+            while f.recent and now - f.recent[0] > FAULT_WINDOW_S:
+                f.recent.popleft()
+            if len(f.recent) < MAX_FAILURES or self.fatal:
+                return False
+            self.fatal = f"thread {name} failed {len(f.recent)} times within {FAULT_WINDOW_S:g} s: {error}"
+        self.log.critical("%s: stopping the node (exit code 1; launch with respawn:=true restarts it)", self.fatal)
+        self.on_fatal(self.fatal)
+        return True
+
+    def faults(self) -> dict[str, LoopFaults]:
+        """Name → a copy of its faults, for every supervised loop."""
+        with self._lock:
+            return {n: LoopFaults(f.failures, f.last_error, f.last_at, deque(f.recent))
+                    for n, f in self._faults.items()}  # fmt: skip
+
+    def failures(self) -> int:
+        """Failures of every loop so far (the nodes' `thread_failures` count)."""
+        with self._lock:
+            return sum(f.failures for f in self._faults.values())
+
+    def recent_fault(self, window_s: float = FAULT_WINDOW_S) -> str:
+        """'thread NAME failed N times, last: ERROR' for the loop that failed last within `window_s`, or ''."""
+        now = time.monotonic()
+        with self._lock:
+            hit = max(((n, f) for n, f in self._faults.items() if f.failures and now - f.last_at <= window_s),
+                      key=lambda nf: nf[1].last_at, default=None)  # fmt: skip
+        if hit is None:
+            return self.fatal
+        name, f = hit
+        return self.fatal or f"thread {name} failed {f.failures} time(s), last: {f.last_error}"
+
+
+class Watchdog:
+    """Work keeps arriving but none is finished: a worker that is alive but stuck (a runtime call that never
+    returns, a lock never released), which no exception reveals. The supervisor sees threads die; this
+    sees them hang.
+
+    `check(arrived, done)` is called at the node's diagnostics cadence with two running counts; it says
+    how long the work that arrived since `done` last moved has waited, once that is `period` seconds or
+    more. An idle node is never stalled (the clock starts at the first arrival after the last progress),
+    and each stall is counted once, however long it lasts. `period` 0 turns it off.
+    """
+
+    def __init__(self, period: float) -> None:
+        self.period = period
+        self.stalls = 0
+        self.stalled_s = 0.0  # how long the current stall has lasted (0: none)
+        self._done = -1
+        self._arrived = 0
+        self._waiting_since: float | None = None
+
+    def check(self, arrived: int, done: int, now: float | None = None) -> float:
+        """Seconds the waiting work has gone unfinished, when that is a stall; else 0."""
+        now = time.monotonic() if now is None else now
+        if done != self._done or self.period <= 0:
+            self._done, self._arrived, self._waiting_since, self.stalled_s = done, arrived, None, 0.0
+            return 0.0
+        if arrived == self._arrived:
+            return self.stalled_s
+        if self._waiting_since is None:
+            self._waiting_since = now
+        waited = now - self._waiting_since
+        if waited < self.period:
+            return 0.0
+        if not self.stalled_s:
+            self.stalls += 1
+        self.stalled_s = waited
+        return waited
 
 
 @dataclass(frozen=True)

@@ -82,7 +82,7 @@ from ..resources import default_model_path
 from ..stats import Counters, LatestSlots, StageTimes, StampGaps
 from . import dds_config
 from .convert import compressed_to_frame, features_message, image_to_frame
-from .diagnostics import OK, WARN, diagnostic_array, stage_values
+from .diagnostics import ERROR, OK, WARN, diagnostic_array, stage_values
 from .runner import every, node_main
 from .subscription import Throttle
 from .types import COMPRESSED_IMAGE, DEFAULT, DIAGNOSTIC_ARRAY, IMAGE, VISUAL_FEATURES, QoS, Transport
@@ -105,6 +105,9 @@ COUNTS = ("received", "encoded", "dropped", "rejected", "failed")
 #: of 60). A runtime pool made at load (ONNX Runtime's threads, OpenVINO's latency model) keeps the
 #: process's niceness.
 WORKER_NICE = 10
+#: how long stop() waits for the worker threads in all: an encode in flight finishes within it; one that does
+#: not return (a runtime hung in a native call) is left behind, and the runner exits without it
+STOP_JOIN_S = 10.0
 #: frames that never reached the node: reported by the reader (`lost`), estimated from stamp gaps
 UNSEEN = ("lost", "missing_estimate")
 
@@ -184,6 +187,11 @@ class _Taken:
     at: float
     prepared: PreparedBatch | None = None
     error: Exception | None = None
+    settled: set[int] = field(default_factory=set)  # indexes of the frames already counted
+
+    def unsettled(self) -> list[int]:
+        """The frames not yet counted (a batch ended by an unexpected exception: each counts as failed)."""
+        return [i for i in range(len(self.batch)) if i not in self.settled]
 
 
 class EncoderNode:
@@ -201,6 +209,8 @@ class EncoderNode:
         self._accepting = True
         self._warn_fail = Throttle(cfg.log_throttle_period)
         self.last_failure = ""  # the reason of the latest failed frame (/diagnostics)
+        self.supervisor = threads.Supervisor(self._stop, log)
+        self.watchdog = threads.Watchdog(cfg.watchdog_period)
         self._reconfigure_lock = threading.Lock()
         self.cameras = {
             spec.topic: Camera(
@@ -223,13 +233,13 @@ class EncoderNode:
         self._encode_ends = 0.0  # when the running encode is due to end (0: none running)
         self._encode_estimate: dict[int, float] = {}  # the last encode's seconds, by batch size
         self._prepare_estimate = 0.0  # the last preparation's seconds
-        workers = (
-            [threads.Thread(target=self._prepare_work, name="encoder-prepare", daemon=True),
-             threads.Thread(target=self._encode_work, name="encoder-worker", daemon=True)]
+        sv = self.supervisor
+        self._workers = (
+            [sv.thread("encoder-prepare", self._prepare_work), sv.thread("encoder-worker", self._encode_work)]
             if self.overlap
-            else [threads.Thread(target=self._work, name="encoder-worker", daemon=True)]
-        )  # fmt: skip
-        self._threads = [*workers, threads.Thread(target=self._report, name="diagnostics", daemon=True)]
+            else [sv.thread("encoder-worker", self._work)]
+        )
+        sv.thread("diagnostics", self._report)
 
     @property
     def counters(self) -> Counters:
@@ -301,22 +311,41 @@ class EncoderNode:
             self._handoff.put(None)
 
     def _encode_work(self) -> None:
-        """Overlap, second stage: encode and publish each prepared batch; ends after the prepare thread."""
-        while (taken := self._handoff.get()) is not None:
-            n = len(taken.prepared.encoded) if taken.prepared else 0
-            self._encoder_idle.clear()
-            self._encode_ends = time.perf_counter() + self._encode_estimate.get(n, 0.0)  # before the hand-off ends
-            self._handoff.task_done()
+        """Overlap, second stage: encode and publish each prepared batch; ends after the prepare thread.
+
+        The hand-off is marked done whatever happens to the batch, so the prepare thread never waits
+        for an encode thread that failed (the supervisor then runs this loop again)."""
+        while True:
+            taken = self._handoff.get()
+            try:
+                if taken is None:
+                    return
+                n = len(taken.prepared.encoded) if taken.prepared else 0
+                self._encoder_idle.clear()
+                self._encode_ends = time.perf_counter() + self._encode_estimate.get(n, 0.0)  # before the hand-off ends
+            finally:
+                self._handoff.task_done()
             try:
                 self._finish_batch(taken)
             finally:
                 self._encode_ends = 0.0
                 self._encoder_idle.set()
-        self._handoff.task_done()
 
     def _encode_batch(self, batch: list[tuple[str, tuple]]) -> None:
         """One batch, both stages here: at most one frame per camera, each published on its camera's topic."""
         self._finish_batch(self._prepare_batch(batch))
+
+    def _finish_batch(self, taken: _Taken) -> None:
+        """Stage two, every frame of the batch counted: one that an unexpected exception (a bug, not an
+        encode or publish error: those are counted where they happen) left uncounted counts as failed,
+        and the exception goes on to the supervisor, which logs it and runs the loop again."""
+        try:
+            self._encode_and_publish(taken)
+        except Exception as err:
+            self.last_failure = f"{type(err).__name__}: {err}"
+            for i in taken.unsettled():
+                self._count(taken.cams[i], "failed")
+            raise
 
     def _prepare_batch(self, batch: list[tuple[str, tuple]]) -> _Taken:
         """Stage one: the frames taken from their slots, decoded and preprocessed (`queue` ends here)."""
@@ -335,12 +364,13 @@ class EncoderNode:
         # the reason before the counts: /diagnostics reads the counts first, so a message that
         # shows a failure always carries its reason
         self.last_failure = str(err) if isinstance(err, EncoderError) else repr(err)
-        for cam in taken.cams:
-            self._count(cam, "failed")
+        for i in taken.unsettled():
+            taken.settled.add(i)
+            self._count(taken.cams[i], "failed")
         self._warn_fail(log.error, "encoding a frame failed (a batch of %d, each counted): %s", len(taken.batch),
                         self.last_failure)  # fmt: skip
 
-    def _finish_batch(self, taken: _Taken) -> None:
+    def _encode_and_publish(self, taken: _Taken) -> None:
         """Stage two: the model call on a prepared batch, then each frame's features published."""
         if taken.prepared is None:
             self._fail_batch(taken, taken.error or RuntimeError("batch not prepared"))
@@ -354,6 +384,7 @@ class EncoderNode:
             return
         self._encode_estimate[len(res.encoded)] = res.encode_s
         for i, err in res.rejected.items():
+            taken.settled.add(i)
             self._reject(cams[i], err)
         own = {i: res.decode_s.get(i, 0.0) + res.preprocess_s[i] for i in res.encoded}
         for row, i in enumerate(res.encoded):
@@ -363,6 +394,7 @@ class EncoderNode:
                 cam.features.publish(features_message(self.transport, header, res.model_id, res.vectors[row]))
             except Exception as err:
                 self.last_failure = repr(err)
+                taken.settled.add(i)
                 self._count(cam, "failed")
                 self._warn_fail(log.error, "publishing features of %s failed: %r", cam.spec.topic, err)
                 continue
@@ -372,6 +404,7 @@ class EncoderNode:
                 self._time(cam, "decode", res.decode_s[i])
             self._time(cam, "preprocess", res.preprocess_s[i])
             self._time(cam, "encode", res.encode_s)
+            taken.settled.add(i)
             self._count(cam, "encoded")
 
     # diagnostics ------------------------------------------------------------------------
@@ -398,6 +431,8 @@ class EncoderNode:
             "model": self.encoder.model_id,
             "transport": self.transport.name,
             "max_batch": self.pipeline.max_batch,
+            "thread_failures": self.supervisor.failures(),
+            "stalls": self.watchdog.stalls,
             "cameras": cameras,
         }
 
@@ -407,6 +442,7 @@ class EncoderNode:
         values["cameras"] = len(st["cameras"])
         values.update(stage_values(st["stages_ms"]))
         values["last_failure"] = self.last_failure
+        values.update({k: st[k] for k in ("thread_failures", "stalls")})
         values.update(getattr(self.encoder, "status", dict)())  # a remote backend's server state
         return values
 
@@ -415,19 +451,32 @@ class EncoderNode:
         bad = int(values["rejected"]) + int(values["failed"])
         return (WARN, f"{bad} frames rejected or failed") if bad else (OK, what)
 
+    def health(self, st: dict[str, Any]) -> str:
+        """Why the node is not working ('' when it is): a thread that failed lately, or a stall (frames
+        arriving and none encoded for watchdog_period). Checked at the diagnostics cadence."""
+        stalled = self.watchdog.check(st["received"] - st["rejected"], st["encoded"] + st["failed"])
+        if stalled:
+            return f"stalled: frames arriving and none encoded for {stalled:.0f} s"
+        return self.supervisor.recent_fault()
+
     def publish_diagnostics(self) -> None:
         st = self.stats()
         values = self.diagnostics_values(st)
+        self.watchdog.period = self.cfg.watchdog_period
         per_camera = []
         for key, cam in st["cameras"].items():
             cv = {k: cam[k] for k in (*COUNTS, *UNSEEN, "features_topic")}
             cv.update(stage_values(cam["stages_ms"]))
             per_camera.append((CAMERA_STATUS.format(topic=key), *self._level(cv, "encoding"), cv))
         level, text = self._level(values, "encoding")
+        problem = self.health(st)
+        if problem:
+            level, text = ERROR, problem
+        values["stalls"] = self.watchdog.stalls
         self._diag.publish(diagnostic_array(self.transport, STATUS_NAME, level, text, values, per_camera))
 
     def _report(self) -> None:
-        every(lambda: self.cfg.diagnostics_period, self._stop, self.publish_diagnostics, log)
+        every(lambda: self.cfg.diagnostics_period, self._stop, self.publish_diagnostics)
 
     # run-time parameters ----------------------------------------------------------------
     def reconfigure(self, changes: dict[str, Any]) -> cfgmod.EncoderConfig:
@@ -462,9 +511,8 @@ class EncoderNode:
     # lifecycle --------------------------------------------------------------------------
     def start(self) -> EncoderNode:
         dds_config.check_receive_buffer()  # one warning line with the fix: frames lost there are never reported
-        for t in self._threads:
-            t.start()
-        for t in self._threads[:-1]:  # the worker stages (the last thread is diagnostics)
+        self.supervisor.start()
+        for t in self._workers:  # the worker stages
             lower_priority(t, WORKER_NICE)
         for cam in self.cameras.values():
             log.info("camera %s (%s) [%s] -> %s [reliable]", cam.spec.input_topic, cam.spec.input_type,
@@ -489,8 +537,19 @@ class EncoderNode:
         self._encoder_idle.set()
         for key in self._slots.close():
             self._count(self.cameras[key], "dropped")  # it waited for the worker when the node stopped
-        for t in self._threads:  # the prepare thread first: the encode thread finishes what it handed over
-            t.join(timeout=5)
+        # the prepare thread first: the encode thread finishes what it handed over
+        late = self.supervisor.join(timeout=STOP_JOIN_S)
+        while True:  # a batch prepared but never encoded (the encode thread was restarting): dropped at stop
+            try:
+                taken = self._handoff.get_nowait()
+            except queue.Empty:
+                break
+            for i in taken.unsettled() if taken is not None else ():
+                taken.settled.add(i)
+                self._count(taken.cams[i], "dropped")
+        if late:  # a call that does not return: its pipeline and encoder stay as they are (the runner leaves)
+            log.warning("thread(s) %s still in a call at stop: not waited for", ", ".join(late))
+            return
         self.pipeline.close()
         try:
             self.publish_diagnostics()  # a last, complete count for whoever is listening

@@ -33,7 +33,7 @@ from .. import config as cfgmod
 from .. import threads
 from ..errors import OpenclawError
 from ..stats import Counters, StageTimes
-from .diagnostics import OK, WARN, diagnostic_array, stage_values
+from .diagnostics import ERROR, OK, WARN, diagnostic_array, stage_values
 from .runner import every, node_main
 from .subscription import Throttle
 from .types import DEFAULT, DIAGNOSTIC_ARRAY, STRING, VISUAL_FEATURES, QoS, Transport
@@ -67,7 +67,8 @@ class LabelsNode:
         self._subs = [transport.subscribe(cfg.features_topic, VISUAL_FEATURES, DEFAULT, self._on_features)]
         if cfg.set_labels_topic:
             self._subs.append(transport.subscribe(cfg.set_labels_topic, STRING, DEFAULT, self._on_set_labels))
-        self._thread = threads.Thread(target=self._report, name="diagnostics", daemon=True)
+        self.supervisor = threads.Supervisor(self._stop, log)
+        self.supervisor.thread("diagnostics", self._report)
 
     # label sets ---------------------------------------------------------------------------
     def _label_set(self, params: dict[str, Any]):
@@ -183,7 +184,11 @@ class LabelsNode:
         values = {k: st[k] for k in (*COUNTS, "model", "template", "logit_scale", "transport")}
         values["labels"] = ",".join(st["labels"])
         values.update(stage_values(st["stages_ms"]))
-        if st["mismatched"]:
+        values["thread_failures"] = self.supervisor.failures()
+        fault = self.supervisor.recent_fault()
+        if fault:
+            level, text = ERROR, fault
+        elif st["mismatched"]:
             level, text = WARN, _mismatch_text(self._last_mismatch, st["model"])
         elif st["rejected"] + st["failed"] + st["label_sets_refused"]:
             level, text = WARN, "features rejected or failed, or label sets refused (see the counts)"
@@ -192,10 +197,10 @@ class LabelsNode:
         self._diag.publish(diagnostic_array(self.transport, STATUS_NAME, level, text, values))
 
     def _report(self) -> None:
-        every(lambda: self.cfg.diagnostics_period, self._stop, self.publish_diagnostics, log)
+        every(lambda: self.cfg.diagnostics_period, self._stop, self.publish_diagnostics)
 
     def start(self) -> LabelsNode:
-        self._thread.start()
+        self.supervisor.start()
         log.info(
             "ready: %s -> %s, model %s, %d labels (%s), transport %s",
             self.cfg.features_topic, self.cfg.labels_topic, self._current.model_id, len(self._current.labels),
@@ -205,7 +210,7 @@ class LabelsNode:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=5)
+        self.supervisor.join(timeout=5)
         try:
             self.publish_diagnostics()
         except Exception:

@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from ..encoders import backends
+from ..resources import PRECISIONS
 
 #: the default of every overriding argument: "not set, the parameters file decides"
 UNSET = ""
@@ -30,7 +31,7 @@ ENCODER_ARGUMENTS = {
     "model": "named CLIP architecture",
     "output_dim": "embedding width on /visual_features (0: the tower's; e.g. 512: a fitted, gated projection)",
     "backend": " | ".join(backends.choices()),
-    "precision": "int8 | fp32 | fp16",
+    "precision": " | ".join(PRECISIONS),
     "triton_url": "backend triton: the server's gRPC HOST:PORT",
 }
 VLM_ARGUMENTS = {

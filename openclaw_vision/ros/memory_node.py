@@ -44,7 +44,7 @@ from .. import threads
 from ..errors import OpenclawError
 from ..numerics import l2_normalise
 from ..stats import Counters
-from .diagnostics import OK, WARN, diagnostic_array
+from .diagnostics import ERROR, OK, WARN, diagnostic_array
 from .runner import every, node_main
 from .subscription import Throttle
 from .types import DEFAULT, DIAGNOSTIC_ARRAY, QUERY_MEMORY, RESPONSE, VISUAL_FEATURES, QoS, Transport
@@ -76,8 +76,9 @@ class MemoryNode:
         self._diag = transport.publisher("/diagnostics", DIAGNOSTIC_ARRAY, QoS("reliable", 1))
         self._subs = [transport.subscribe(topic, VISUAL_FEATURES, DEFAULT, partial(self._on_features, topic))
                       for topic in cfg.topics()]  # fmt: skip
-        self._writer = threads.Thread(target=self._write_loop, name="memory-writer", daemon=True)
-        self._thread = threads.Thread(target=self._report, name="diagnostics", daemon=True)
+        self.supervisor = threads.Supervisor(self._stop, log)
+        self._writer = self.supervisor.thread("memory-writer", self._write_loop)
+        self.supervisor.thread("diagnostics", self._report)
         self._warn_query = Throttle()
         self._last_query_error = ""
         self._response = transport.msg(QUERY_MEMORY + RESPONSE)
@@ -204,12 +205,15 @@ class MemoryNode:
             pending = len(self._pending)
         return {**self.counters.snapshot(), "pending": pending, "rows": len(self.memory),
                 "model": self.memory.model_id or "", "store": self.memory.spec,
-                "transport": self.transport.name}  # fmt: skip
+                "transport": self.transport.name, "thread_failures": self.supervisor.failures()}  # fmt: skip
 
     def publish_diagnostics(self) -> None:
         st = self.stats()
         values = dict(st)
-        if st["refused"]:
+        fault = self.supervisor.recent_fault()
+        if fault:
+            level, text = ERROR, fault
+        elif st["refused"]:
             level, text = WARN, f"rows refused: {self._last_refusal}"
         elif st["queries_refused"]:
             level, text = WARN, f"queries refused: {self._last_query_error}"
@@ -220,7 +224,7 @@ class MemoryNode:
         self._diag.publish(diagnostic_array(self.transport, STATUS_NAME, level, text, values))
 
     def _report(self) -> None:
-        every(lambda: self.cfg.diagnostics_period, self._stop, self.publish_diagnostics, log)
+        every(lambda: self.cfg.diagnostics_period, self._stop, self.publish_diagnostics)
 
     def reconfigure(self, changes: dict[str, Any]) -> cfgmod.MemoryConfig:
         """Run-time parameter changes (diagnostics_period, flush_period): the runner's protocol."""
@@ -229,8 +233,7 @@ class MemoryNode:
         return self.cfg
 
     def start(self) -> MemoryNode:
-        self._writer.start()
-        self._thread.start()
+        self.supervisor.start()
         log.info("ready: %s -> %s (%d rows, model %s), batches of %d or every %.1f s, transport %s",
                  ", ".join(self.cfg.topics()), self.memory.spec, len(self.memory),
                  self.memory.model_id or "not yet set",
@@ -245,8 +248,10 @@ class MemoryNode:
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
-        self._writer.join(timeout=30)
-        self._thread.join(timeout=5)
+        late = self.supervisor.join(timeout=30)  # a batch being written ends within it
+        if late:
+            log.warning("thread(s) %s still in a call at stop: not waited for", ", ".join(late))
+            return
         try:
             self.flush()  # the last partial batch
             self.publish_diagnostics()

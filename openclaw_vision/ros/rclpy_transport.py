@@ -166,12 +166,16 @@ class RclpyTransport:
     def __init__(self, node_name: str, args: list[str] | None = None) -> None:
         import rclpy
         from rclpy.executors import MultiThreadedExecutor
+        from rclpy.signals import SignalHandlerOptions
 
         if not rclpy.ok():
             uri = dds_config.for_rclpy(os.environ)  # ROS_LOCALHOST_ONLY=1 with our lo config: would not start otherwise
             if uri is not None:  # rmw reads it from this process's environment: the process starting DDS sets it
                 os.environ["CYCLONEDDS_URI"] = uri
-            rclpy.init(args=args)  # None: sys.argv (rclpy/context.py); its --ros-args give the overrides
+            # args None: sys.argv (rclpy/context.py); its --ros-args give the overrides. No signal handlers of
+            # rclpy's: its SIGTERM handler swallows the signal when no Python handler is there to chain to
+            # (runner.StopSignals, installed first, owns SIGINT and SIGTERM).
+            rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
         self.node = rclpy.create_node(node_name)
         self._declared: tuple[str, ...] = ()
         self._executor = MultiThreadedExecutor()

@@ -33,7 +33,7 @@ from .. import config as cfgmod
 from .. import threads
 from ..errors import OpenclawError
 from ..stats import Counters, StageTimes
-from .diagnostics import OK, WARN, diagnostic_array, stage_values
+from .diagnostics import ERROR, OK, WARN, diagnostic_array, stage_values
 from .runner import every, node_main
 from .subscription import Throttle
 from .types import DEFAULT, DIAGNOSTIC_ARRAY, STRING, VISUAL_FEATURES, QoS, Transport
@@ -44,7 +44,10 @@ NODE_NAME = "vlm_node"
 STATUS_NAME = f"{NODE_NAME}: pipeline"
 VLM_ANSWER = "openclaw_vision/msg/VlmAnswer"
 STAGES = ("queue", "prefix", "prefill", "decode", "publish")
-COUNTS = ("features", "features_rejected", "prompts", "answered", "rejected", "failed")
+COUNTS = ("features", "features_rejected", "prompts", "answered", "rejected", "failed", "unanswered")
+#: how long stop() waits for an answer in progress (a long answer on a CPU; the runner leaves without one
+#: that does not return)
+STOP_JOIN_S = 10.0
 QUEUE_DEPTH = 8
 
 
@@ -84,10 +87,11 @@ class VlmNode:
             transport.subscribe(cfg.features_topic, VISUAL_FEATURES, DEFAULT, self._on_features),
             transport.subscribe(cfg.prompt_topic, STRING, DEFAULT, self._on_prompt),
         ]
-        self._threads = [
-            threads.Thread(target=self._work, name="vlm-worker", daemon=True),
-            threads.Thread(target=self._report, name="diagnostics", daemon=True),
-        ]
+        self.last_failure = ""
+        self.supervisor = threads.Supervisor(self._stop, log)
+        self.watchdog = threads.Watchdog(cfg.watchdog_period)
+        self.supervisor.thread("vlm-worker", self._work)
+        self.supervisor.thread("diagnostics", self._report)
 
     # transport threads ------------------------------------------------------------------
     def _on_features(self, msg: Any, _deserialize_s: float) -> None:
@@ -128,7 +132,12 @@ class VlmNode:
             except queue.Empty:
                 continue
             self._take_pending()
-            self._answer(*item)
+            try:
+                self._answer(*item)
+            except Exception as err:  # not the model's error (counted in _answer): a bug; the supervisor logs it
+                self.last_failure = f"{type(err).__name__}: {err}"
+                self.counters.inc("failed")  # the question is not lost silently
+                raise
 
     def _answer(self, text: str, latest: tuple, queued_at: float) -> None:
         from ..vlm.kv_cache import OutOfBlocks
@@ -142,22 +151,28 @@ class VlmNode:
         except (OutOfBlocks, ValueError) as err:
             return self._reject(str(err), text)
         except Exception as err:  # keep serving; the counter and the log make it visible
-            self.counters.inc("failed")
-            log.error("answering %r failed: %r", text[:80], err)
-            return
+            return self._fail(f"answering {text[:80]!r} failed: {err!r}")
         t1 = time.perf_counter()
         cls = self.transport.msg(VLM_ANSWER)
         t = ans.timings_ms
-        self._answers.publish(
-            cls(header=header, prompt=text, answer=ans.text, model_id=self.pipeline.model.model_id,
-                features_model_id=features_model, prompt_tokens=ans.prompt_tokens, answer_tokens=len(ans.tokens),
-                stop_reason=ans.stop, prefix_reused=ans.prefix_reused, prefix_ms=t["prefix"], prefill_ms=t["prefill"],
-                decode_ms=t["decode"], total_ms=(t1 - queued_at) * 1e3)
-        )  # fmt: skip
+        try:
+            self._answers.publish(
+                cls(header=header, prompt=text, answer=ans.text, model_id=self.pipeline.model.model_id,
+                    features_model_id=features_model, prompt_tokens=ans.prompt_tokens, answer_tokens=len(ans.tokens),
+                    stop_reason=ans.stop, prefix_reused=ans.prefix_reused, prefix_ms=t["prefix"],
+                    prefill_ms=t["prefill"], decode_ms=t["decode"], total_ms=(t1 - queued_at) * 1e3)
+            )  # fmt: skip
+        except Exception as err:  # as the encoder does with its features: counted, logged, the node goes on
+            return self._fail(f"publishing the answer to {text[:80]!r} failed: {err!r}")
         for stage in ("prefix", "prefill", "decode"):
             self.times.add(stage, t[stage] / 1e3)
         self.times.add("publish", time.perf_counter() - t1)
         self.counters.inc("answered")
+
+    def _fail(self, why: str) -> None:
+        self.last_failure = why  # before the count: a /diagnostics message that shows a failure has its reason
+        self.counters.inc("failed")
+        self._warn(log.error, "%s", why)
 
     def _stream_piece(self, piece: str) -> None:
         self._stream.publish(self.transport.msg(STRING)(data=piece))
@@ -172,18 +187,34 @@ class VlmNode:
             "llm_backend": self.pipeline.model.backend,
             "kv_blocks_free": self.pipeline.manager.num_free,
             "transport": self.transport.name,
+            "thread_failures": self.supervisor.failures(),
+            "stalls": self.watchdog.stalls,
         }
+
+    def health(self, st: dict[str, Any]) -> str:
+        """Why the node is not answering ('' when it is): a thread that failed lately, or a stall (questions
+        waiting and none answered for watchdog_period)."""
+        self.watchdog.period = self.cfg.watchdog_period
+        stalled = self.watchdog.check(st["prompts"] - st["rejected"], st["answered"] + st["failed"])
+        if stalled:
+            return f"stalled: questions waiting and none answered for {stalled:.0f} s"
+        return self.supervisor.recent_fault()
 
     def publish_diagnostics(self) -> None:
         st = self.stats()
+        problem = self.health(st)
         values = {k: st[k] for k in (*COUNTS, "model", "array_module", "kv_blocks_free", "transport")}
         values.update(stage_values(st["stages_ms"]))
+        values.update(thread_failures=st["thread_failures"], stalls=self.watchdog.stalls,
+                      last_failure=self.last_failure)  # fmt: skip
         bad = st["rejected"] + st["failed"] + st["features_rejected"]
         level, msg = (WARN, f"{bad} prompts/features rejected or failed") if bad else (OK, "answering")
+        if problem:
+            level, msg = ERROR, problem
         self._diag.publish(diagnostic_array(self.transport, STATUS_NAME, level, msg, values))
 
     def _report(self) -> None:
-        every(lambda: self.cfg.diagnostics_period, self._stop, self.publish_diagnostics, log)
+        every(lambda: self.cfg.diagnostics_period, self._stop, self.publish_diagnostics)
 
     # run-time parameters ----------------------------------------------------------------
     def reconfigure(self, changes: dict[str, Any]) -> cfgmod.VlmConfig:
@@ -209,8 +240,7 @@ class VlmNode:
             self.pipeline.max_new_tokens = cfg.max_new_tokens
 
     def start(self) -> VlmNode:
-        for t in self._threads:
-            t.start()
+        self.supervisor.start()
         log.info(
             "ready: %s (%d-d, of %s) + %s -> %s, model %s on %s, transport %s",
             self.cfg.features_topic, self.cfg.embed_dim, self.cfg.model, self.cfg.prompt_topic, self.cfg.answer_topic,
@@ -220,8 +250,15 @@ class VlmNode:
 
     def stop(self) -> None:
         self._stop.set()
-        for t in self._threads:
-            t.join(timeout=30)
+        late = self.supervisor.join(timeout=STOP_JOIN_S)  # an answer in progress ends within it
+        while True:  # questions taken but never answered: counted, not lost silently
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                break
+            self.counters.inc("unanswered")
+        if late:
+            log.warning("thread(s) %s still in a call at stop: not waited for", ", ".join(late))
         try:
             self.publish_diagnostics()
         except Exception:

@@ -57,7 +57,7 @@ def param(ros2, node: str, key: str) -> str:
 def test_show_args_lists_every_argument(ros2):
     out = ros2.run(*LAUNCH, "--show-args", timeout=60).stdout
     names = re.findall(r"^\s+'(\w+)':", out, flags=re.M)
-    want = {"config", "vlm_config", "labels_config", "memory_config", "enable_vlm", "enable_labels", "enable_memory",
+    want = {"config", "vlm_config", "labels_config", "memory_config", "enable_vlm", "enable_labels", "enable_memory", "respawn",
             *ENCODER_ARGUMENTS, *VLM_ARGUMENTS, *LABELS_ARGUMENTS, *MEMORY_ARGUMENTS}  # fmt: skip
     assert set(names) == want, out
 
