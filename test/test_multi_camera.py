@@ -364,7 +364,7 @@ def test_with_overlap_a_newer_frame_still_displaces_the_older_while_a_batch_enco
     node_t, cam_t = CycloneTransport("encoder_node"), CycloneTransport("camera")
     cfg = EncoderConfig(image_topic=FRONT, reliability="reliable", diagnostics_period=5.0)
     node = EncoderNode(cfg, node_t, enc, overlap=True)
-    assert node.overlap and [t.name for t in node._threads][:2] == ["encoder-prepare", "encoder-worker"]
+    assert node.overlap and [t.name for t in node.supervisor.threads][:2] == ["encoder-prepare", "encoder-worker"]
     feats = Inbox()
     rows = np.random.default_rng(0).integers(0, 256, (48, 64 * 3), np.uint8)
     try:

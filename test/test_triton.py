@@ -264,7 +264,7 @@ def test_a_server_killed_mid_stream_fails_frames_visibly_and_the_node_recovers(t
               node.encoder.status())  # fmt: skip
         assert st["encoded"] >= 4, "the node never recovered"
         assert st["received"] == cam.sent == st["encoded"] + st["failed"] + st["dropped"] + st["rejected"]
-        assert st["failed"] >= 4 and all(t.is_alive() for t in node._threads)
+        assert st["failed"] >= 4 and all(t.is_alive() for t in node.supervisor.threads)
         assert node.encoder.status()["triton_server"] == "connected" and node.encoder.status()["triton_reconnects"] >= 1
         text = caplog.text
         assert f"triton: server at grpc://127.0.0.1:{port} lost" in text

@@ -174,7 +174,7 @@ class RclpyTransport:
                 os.environ["CYCLONEDDS_URI"] = uri
             # args None: sys.argv (rclpy/context.py); its --ros-args give the overrides. No signal handlers of
             # rclpy's: its SIGTERM handler swallows the signal when no Python handler is there to chain to
-            # (runner.StopSignals, installed first, owns SIGINT and SIGTERM).
+            # (threads.StopSignals, installed first, owns SIGINT and SIGTERM).
             rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
         self.node = rclpy.create_node(node_name)
         self._declared: tuple[str, ...] = ()

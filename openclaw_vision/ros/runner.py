@@ -14,12 +14,9 @@ its descriptor, and the node's `reconfigure` is called for `ros2 param set` (see
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
 import os
-import select
-import signal
 import sys
 import threading
 import time
@@ -100,76 +97,7 @@ def watch_parameters(transport, node, log: logging.Logger) -> None:
         log.info("parameters: %s change at run time", ", ".join(k for k, p in node.cfg.params().items() if p.runtime))
 
 
-#: a repeat of the first signal within this many seconds is the same request, not a second one: launch
-#: run with --noninteractive sends its own SIGINT after the terminal's Ctrl-C reached the whole group
-#: (Humble launch/actions/execute_local.py: send_sigint=not due_to_sigint or context.noninteractive)
-SAME_REQUEST_S = 1.0
-
-
-class StopSignals:
-    """SIGINT and SIGTERM, from the first line of a node's main to its last: the first asks the node to
-    stop (and exit 0), a second one exits at once with 128 + its number.
-
-    Why from the first line (issue 34's root cause): rclpy.init installs rclpy's own handlers
-    (Humble rclpy/__init__.py: SignalHandlerOptions.ALL for the default context), and its SIGTERM handler
-    only chains to a Python-level handler: with the default action in place it calls nothing, triggers
-    the guard conditions and shuts the context down (rclpy/src/rclpy/signal_handler.cpp). A SIGTERM that
-    came after rclpy.init but before the node's own handler was installed was swallowed: the node went
-    on starting, installed its handler and then waited for a signal that had already come. Under load
-    (a slow start, launch's SIGTERM a moment after "parameters:") that was the encoder still running
-    15 s after SIGTERM. Now our handlers are installed before anything else and rclpy installs none
-    (rclpy_transport passes SignalHandlerOptions.NO), so a signal in any phase is seen.
-
-    The handler takes no lock: it sets a flag and writes a byte to a pipe that `wait` selects on. (An
-    Event set from a handler can deadlock: the handler runs in the main thread, which may be inside
-    that Event's own wait, holding its lock.) `fail(reason)`, from any thread, asks for a stop that
-    exits 1 (a supervised thread that keeps failing)."""
-
-    def __init__(self) -> None:
-        self.signal = 0  # the first signal's number (0: none, or a `fail`)
-        self.exit_code = 0
-        self.reason = ""
-        self._set = False
-        self._first_at = 0.0
-        self._read, self._write = os.pipe()
-        os.set_blocking(self._write, False)
-
-    def install(self) -> StopSignals:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, self._on_signal)
-        return self
-
-    def is_set(self) -> bool:
-        return self._set
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Until a stop is asked for (True) or `timeout` seconds pass (False)."""
-        if not self._set:
-            select.select([self._read], [], [], timeout)
-        return self._set
-
-    def _wake(self) -> None:
-        self._set = True
-        with contextlib.suppress(BlockingIOError):  # the pipe is full of earlier wake-ups: readable already
-            os.write(self._write, b"!")
-
-    def _on_signal(self, signum: int, _frame) -> None:
-        now = time.monotonic()
-        if not self._set:
-            self.signal, self._first_at, self.reason = signum, now, signal.Signals(signum).name
-            self._wake()
-        elif signum != self.signal or now - self._first_at > SAME_REQUEST_S:
-            os.write(2, f"second signal ({signal.Signals(signum).name}): exiting now\n".encode())
-            os._exit(128 + signum)
-
-    def fail(self, reason: str) -> None:
-        """Stop the node and exit with 1 (callable from any thread)."""
-        if not self._set:
-            self.exit_code, self.reason = 1, reason
-            self._wake()
-
-
-def build_or_stop(build, cfg, transport, stop: StopSignals):
+def build_or_stop(build, cfg, transport, stop: threads.StopSignals):
     """`build(cfg, transport)` (the model load, an engine build, a remote server's first contact) on a
     thread of its own while this one waits for it or for a stop: None when the stop came first.
 
@@ -208,10 +136,10 @@ def leave_now(code: int, log: logging.Logger, why: str) -> None:
 
 
 def run_until_signal(node, stats_json: Path | None, counts: tuple[str, ...], log: logging.Logger,
-                     stop: StopSignals | None = None) -> dict:  # fmt: skip
+                     stop: threads.StopSignals | None = None) -> dict:  # fmt: skip
     """Start the node, wait for a stop (a signal, or a fatal fault of its threads), stop it, log and
     optionally save its final stats."""
-    stop = stop or StopSignals().install()
+    stop = stop or threads.stop_signals()
     supervisor = getattr(node, "supervisor", None)
     if supervisor is not None:
         supervisor.on_fatal = stop.fail
@@ -237,7 +165,7 @@ def node_main(argv: list[str], prog: str, node_name: str, cls, yaml_name: str, c
     failure of one of `errors` (a missing model, a bad checkpoint) exits 2 with the reason, before
     any work starts. SIGINT/SIGTERM in any phase exits 0 (StopSignals); a node whose threads keep
     failing exits 1."""
-    stop = StopSignals().install()
+    stop = threads.stop_signals()  # installed already by the ros2 run scripts, before their imports
     try:
         cfg, args = build_config(argv, prog, node_name, cls, yaml_name)
     except cfgmod.ConfigError as err:
