@@ -8,6 +8,7 @@ the node's input buffer is full, and the test would be measuring itself.
     python camera_sender.py fuzz N SEED OUT.json     # image_fuzz.generate(N, SEED), as fast as accepted
     python camera_sender.py compressed N SEED OUT.json  # compressed_fuzz.generate(N, SEED) on <topic>/compressed
     python camera_sender.py paced SECONDS FPS OUT.json  # small valid frames at FPS (no catch-up bursts)
+    python camera_sender.py flood N OUT.json           # N small valid frames, as fast as accepted
 
 Prints 'ready' once the node's subscription is matched, then writes OUT.json: the stamp of each
 message in the order sent (the stamp is the send time, ns, this host's clock).
@@ -29,18 +30,30 @@ from openclaw_vision.ros.types import COMPRESSED_IMAGE, IMAGE, QoS
 TOPIC = "/camera/image_raw"
 
 
+def small_frames(n: int = 16) -> list[ImageCase]:
+    """`n` distinct valid 64x48 rgb8 frames (a camera's stream cycles through them)."""
+    rng = np.random.default_rng(0)
+    return [ImageCase("good", 48, 64, 192, "rgb8", rng.integers(0, 256, 48 * 64 * 3, np.uint8).tobytes(), "camera",
+                      True) for _ in range(n)]  # fmt: skip
+
+
 def paced_cases(seconds: float, fps: float):
     """Valid 64x48 frames at `fps`, like a camera: a late frame is sent at once, the next one a period later."""
-    rng = np.random.default_rng(0)
-    frames = [rng.integers(0, 256, 48 * 64 * 3, np.uint8).tobytes() for _ in range(16)]
+    frames = small_frames()
     now = time.monotonic()
     end, due, i = now + seconds, now, 0
     while (now := time.monotonic()) < end:
         if due > now:
             time.sleep(due - now)
         due = max(due, time.monotonic() - 1 / fps) + 1 / fps
-        yield ImageCase("good", 48, 64, 192, "rgb8", frames[i % 16], "camera", True)
+        yield frames[i % len(frames)]
         i += 1
+
+
+def flood_cases(n: int):
+    """`n` valid 64x48 frames with no pacing: an overload measured in frames, not seconds."""
+    frames = small_frames()
+    return (frames[i % len(frames)] for i in range(n))
 
 
 def main(argv: list[str]) -> int:
@@ -53,6 +66,8 @@ def main(argv: list[str]) -> int:
 
         cases = generate_compressed(int(argv[1]), int(argv[2]))
         topic, ros_type = TOPIC + "/compressed", COMPRESSED_IMAGE  # image_transport's `compressed` sub-topic
+    elif mode == "flood":
+        cases = flood_cases(int(argv[1]))
     else:
         cases = paced_cases(float(argv[1]), float(argv[2]))
     t = CycloneTransport("camera_sender")

@@ -107,6 +107,32 @@ def test_cameras_bench_runs_both_setups_and_accounts_for_every_frame_per_camera(
     assert "| 2 | single | 2 |" in (out / "bench.md").read_text()
 
 
+def test_overload_bench_prints_its_figures_and_accounts_for_every_frame(tiny_model, tmp_path, dds_domain):
+    """`bench --mode overload --quick` on the tiny model: the figures the overload tests no longer time are
+    printed and recorded (one camera: rates, latency ratios, memory; cameras: each one's share), and the
+    frames behind them all add up. Which values they take is the bench's to report, not this test's."""
+    out = tmp_path / "bench"
+    res = subprocess.run(
+        [sys.executable, "-m", "openclaw_vision.cli", "bench", "--mode", "overload", "--quick", "--model", "tiny",
+         "--model-path", str(tiny_model), "--out", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:] + res.stdout[-2000:]
+    for words in ("x the served rate", "x (compute", "x the first", "x compute; RSS", "of mean); min share"):
+        assert words in res.stdout, res.stdout[-2000:]
+    over = json.loads((out / "bench.json").read_text())["overload"]
+    one = over["one_camera"]
+    assert one["sent"] >= one["received"] == one["encoded"] + one["dropped"] + one["rejected"] + one["failed"]
+    assert one["features"] == one["encoded"] > 0 and one["rejected"] == one["failed"] == 0
+    for k in ("input_over_served", "p50_over_compute_plus_transport", "last_over_first_third", "queue_over_compute"):
+        assert one[k] >= 0, (k, one)
+    assert one["compute_ms"] > 0 and one["latency_ms"]["n"] > 0
+    cams = over["cameras"]
+    assert len(cams["per_camera"]) == 3 and 0 < cams["largest_batch"] <= cams["max_batch"]
+    for cam in cams["per_camera"]:
+        assert cam["received"] == cam["encoded"] + cam["dropped"] and cam["encoded"] > 0, cam
+
+
 @pytest.mark.vlm
 def test_vlm_bench_writes_the_variants_and_top_level_metrics(tmp_path):
     res = subprocess.run(

@@ -6,7 +6,9 @@
   a compressed JPEG) and a silent fourth: features on each camera's own topic with that camera's
   headers, exact per-camera counts in --stats-json and on /diagnostics, garbage from one camera
   moving only its rejected count.
-- Overload in process over DDS: cameras flooding a node slower than them are served round robin.
+- Overload in process over DDS: cameras sending three frames for every one the node encodes are
+  served round robin, batch by batch (the test holds each batch; the fairness figure under a
+  sleeping encoder is `bench --mode overload`).
 - The node's two stages overlapped (prepare batch k+1 while batch k encodes): a newer frame still
   displaces the older one in its slot while a batch encodes, and a failed model call fails its batch
   only.
@@ -16,7 +18,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from pathlib import Path
 
 import compressed_fuzz
@@ -265,63 +266,6 @@ def test_replay_of_one_cameras_bag_into_a_multi_camera_node(tiny_model, dds_doma
     assert summary["sent"] == summary["features_received"] == 4 and summary["accounted"], (summary, node.log_text())
 
 
-class SlowEncoder:
-    """An encoder slower than the cameras (each call waits `delay` s), recording each batch's size."""
-
-    def __init__(self, inner, delay: float) -> None:
-        self.inner, self.delay, self.batches = inner, delay, []
-        for k in ("model_id", "embed_dim", "image_size", "backend", "precision", "max_batch"):
-            setattr(self, k, getattr(inner, k))
-
-    def frame_preprocessor(self):
-        return None
-
-    def encode(self, pixels):
-        self.batches.append(len(pixels))
-        time.sleep(self.delay)
-        return self.inner.encode(pixels)
-
-
-@pytest.mark.dds
-def test_under_overload_every_camera_is_served_round_robin(tiny_model, dds_domain):
-    """Three cameras at ~100 fps each, a node that manages ~25 batches of at most 2 a second: each
-    camera gets the same share (round robin: batches a+b, c+a, b+c, ...), and every frame is counted."""
-    from openclaw_vision.ros.cyclone import CycloneTransport
-    from openclaw_vision.ros.encoder_node import EncoderNode
-    from openclaw_vision.ros.types import IMAGE, QoS
-
-    cams = ["/a/image_raw", "/b/image_raw", "/c/image_raw"]
-    enc = SlowEncoder(OnnxRuntimeEncoder(tiny_model, threads=1), delay=0.04)
-    node_t, cam_t = CycloneTransport("encoder_node"), CycloneTransport("cameras")
-    node = EncoderNode(EncoderConfig(image_topics=tuple(cams), max_batch=2, diagnostics_period=5.0), node_t, enc)
-    try:
-        pubs = [cam_t.publisher(c, IMAGE, QoS("best_effort", 1)) for c in cams]
-        node.start()
-        wait_until(lambda: all(p.matched() for p in pubs), 30, "the node's subscriptions")
-        rows = np.random.default_rng(0).integers(0, 256, (48, 64 * 3), np.uint8)
-        n = 0
-        end = time.monotonic() + 2.5
-        while time.monotonic() < end:
-            n += 1
-            for i, p in enumerate(pubs):
-                p.publish(_image(cam_t, n * 1000 + i, cams[i], rows, 48, 64, "rgb8"))
-            time.sleep(0.01)
-        wait_until(lambda: node.counters.snapshot()["received"] >= 3 * 10, 10, "frames")
-    finally:
-        node.stop()
-        node_t.close()
-        cam_t.close()
-    per = node.stats()["cameras"]
-    encoded = [per[c]["encoded"] for c in cams]
-    for c in cams:
-        s = per[c]
-        assert s["received"] == s["encoded"] + s["dropped"] + s["rejected"] + s["failed"], (c, s)
-        assert s["dropped"] > 0 and s["rejected"] == s["failed"] == 0, (c, s)  # overloaded, thinned, never queued
-    mean = sum(encoded) / 3
-    assert min(encoded) >= 0.8 * mean, encoded
-    assert max(enc.batches) == 2 and sum(enc.batches) == sum(encoded)  # cross-camera batches, never above max_batch
-
-
 class GatedEncoder:
     """An encoder whose calls wait for `gate` (set: no wait), noting when a call is inside; call
     number `fail_on` (from 1) raises, as a runtime that fails mid-stream would."""
@@ -344,6 +288,103 @@ class GatedEncoder:
         if self.calls == self.fail_on:
             raise EncoderError("the runtime failed on this batch")
         return self.inner.encode(pixels)
+
+
+class SteppedEncoder(GatedEncoder):
+    """A GatedEncoder whose calls pass one at a time: call k waits inside until `release(k)`, so the test,
+    not a clock, decides when a batch ends and what has arrived in the slots by then. Each batch's size is kept."""
+
+    def __init__(self, inner) -> None:
+        super().__init__(inner)
+        self.batches: list[int] = []
+        self.released = 0
+        self.cond = threading.Condition()
+
+    def encode(self, pixels):
+        with self.cond:
+            self.batches.append(len(pixels))
+            n = len(self.batches)
+            self.cond.notify_all()
+            self.cond.wait_for(lambda: self.released >= n, 60)  # liveness only: the test fails on its own wait
+        return self.inner.encode(pixels)
+
+    def entered(self, n: int, timeout: float = 60.0) -> None:
+        """Wait until call `n` is inside (its batch taken from the slots, held)."""
+        with self.cond:
+            assert self.cond.wait_for(lambda: len(self.batches) >= n, timeout), f"call {n} never came: {self.batches}"
+
+    def release(self, n: int) -> None:
+        """Let calls up to `n` finish."""
+        with self.cond:
+            self.released = max(self.released, n)
+            self.cond.notify_all()
+
+
+#: rounds of the round-robin test: batches 3 .. ROUNDS + 1 are taken with every slot full
+ROUNDS = 31
+
+
+@pytest.mark.dds
+def test_under_overload_every_camera_is_served_round_robin(tiny_model, dds_domain):
+    """Three cameras, batches of at most 2, each batch held in the encoder while every camera sends two
+    more frames (6 frames per batch of 2: an overload), so from the third batch on every slot holds a
+    frame at each take. Round robin (stats.LatestSlots: a take starts after the camera served last)
+    then serves a+b, c+a, b+c, ...: over 3m such batches each camera is encoded exactly 2m times, on any
+    host at any speed. Every frame is counted encoded or dropped; no batch is above max_batch."""
+    from openclaw_vision.ros.cyclone import CycloneTransport
+    from openclaw_vision.ros.encoder_node import EncoderNode
+    from openclaw_vision.ros.types import IMAGE, QoS
+
+    cams = ["/a/image_raw", "/b/image_raw", "/c/image_raw"]
+    enc = SteppedEncoder(OnnxRuntimeEncoder(tiny_model, threads=1))
+    node_t, cam_t = CycloneTransport("encoder_node"), CycloneTransport("cameras")
+    cfg = EncoderConfig(image_topics=tuple(cams), max_batch=2, reliability="reliable", diagnostics_period=5.0)
+    node = EncoderNode(cfg, node_t, enc)
+    assert not node.overlap  # one worker: while a batch is held, nothing is taken from the slots
+
+    def per(key: str) -> list[int]:
+        return [node.stats()["cameras"][c][key] for c in cams]
+
+    rows = np.random.default_rng(0).integers(0, 256, (48, 64 * 3), np.uint8)
+    n = 0
+    try:
+        pubs = [cam_t.publisher(c, IMAGE, QoS("reliable", 10, "keep_all")) for c in cams]
+        node.start()
+        wait_until(lambda: all(p.matched() for p in pubs), 30, "the node's subscriptions")
+        for k in range(1, ROUNDS + 1):
+            if k > 1:
+                enc.entered(k)  # batch k is held: this round's frames all land in the slots
+            if k == 3:
+                base = per("encoded")  # batches 1 and 2 (taken while round 1 still arrived) are counted
+            for _ in range(2):  # a camera's first frame is in its slot before its second is received
+                n += 1
+                for i, p in enumerate(pubs):
+                    p.publish(_image(cam_t, n * 1000 + i, cams[i], rows, 48, 64, "rgb8"))
+            wait_until(lambda k=k: per("received") == [2 * k] * 3, 30, f"round {k}'s frames")
+            enc.entered(k)
+            enc.release(k)
+        enc.entered(ROUNDS + 1)  # the last full take
+        enc.release(ROUNDS + 1)
+        enc.entered(ROUNDS + 2)  # the one camera left in its slot: batches up to ROUNDS + 1 are counted
+        full = [e - b for e, b in zip(per("encoded"), base, strict=True)]
+        enc.release(ROUNDS + 2)
+        wait_until(lambda: per("received") == [a + b for a, b in zip(per("encoded"), per("dropped"), strict=True)],
+                   30, "every frame encoded or dropped")  # fmt: skip
+    finally:
+        enc.release(10**9)
+        node.stop()
+        node_t.close()
+        cam_t.close()
+    stats = node.stats()["cameras"]
+    for c in cams:
+        s = stats[c]
+        assert s["received"] == 2 * ROUNDS and s["rejected"] == s["failed"] == 0 and s["lost"] == 0, (c, s)
+        assert s["received"] == s["encoded"] + s["dropped"] and s["dropped"] > 0, (c, s)  # thinned, never queued
+    # no camera starved: the full batches went round robin, each camera in two of every three
+    assert full == [2 * (ROUNDS - 1) // 3] * 3, (full, enc.batches)
+    assert enc.batches[2 : ROUNDS + 1] == [2] * (ROUNDS - 1)  # every full take made a batch of max_batch
+    assert max(enc.batches) == 2 and sum(enc.batches) == sum(stats[c]["encoded"] for c in cams)
+    assert len(enc.batches) == ROUNDS + 2
 
 
 def _stamp(feat) -> int:

@@ -13,7 +13,7 @@ from . import report
 from .harness import host_info, versions
 
 #: "all" = the encoder modes; the others alone
-MODES = ("stages", "node", "roofline", "all", "vlm", "cameras", "capacity", "triton", "memory")
+MODES = ("stages", "node", "roofline", "all", "vlm", "cameras", "capacity", "triton", "memory", "overload")
 
 
 def run_bench(args: argparse.Namespace) -> dict:
@@ -86,6 +86,13 @@ def run_bench(args: argparse.Namespace) -> dict:
         result["triton"] = tr["triton"]
         result["model"], result["precision"] = tr["triton"]["model"], "fp32"
         result["backend"] = "onnxruntime, locally and inside the Triton server"
+    if "overload" in modes:
+        from .overload import run_overload
+
+        args.model = canonical_name(args.model)
+        fp32 = Path(ensure_fp32(args.model, args.model_path))
+        result["overload"] = run_overload(args.model, fp32, args.quick, args.out)
+        result["precision"], result["backend"] = "fp32 (+ zero-output MatMuls)", "onnxruntime"
     if "memory" in modes:
         from .memory import run_memory
 
