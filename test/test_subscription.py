@@ -112,3 +112,82 @@ def test_cyclone_subscription_survives_a_raising_callback_and_a_malformed_sample
     finally:
         a.close()
         b.close()
+
+
+class FakeClock:
+    """A monotonic clock the test steps: no test here waits for real time to pass."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_repeated_failure_is_logged_once_with_its_traceback_then_as_a_count_per_period(caplog):
+    clock = FakeClock()
+    throttle = subscription.Throttle(period=10.0, clock=clock)
+    log = logging.getLogger("test.throttle")
+    with caplog.at_level(logging.ERROR, logger="test.throttle"):
+        for i in range(38):  # a take failing every 100 ms for 3.7 s, then once more when the period is up
+            clock.now = 1000.0 + i / 10
+            throttle.failure(log, "take on /cam failed", OSError(f"boom {i}"))
+        assert len(caplog.records) == 1  # not 38 tracebacks
+        clock.now = 1010.0
+        throttle.failure(log, "take on /cam failed", OSError("boom 38"))
+    first, count = caplog.records
+    assert first.getMessage() == "take on /cam failed: OSError: boom 0" and first.exc_info is not None
+    assert count.getMessage() == "take on /cam failed 38 more times in the last 10 s: OSError: boom 38"
+    assert count.exc_info is None and throttle.total == 39
+
+
+def test_the_plain_throttle_logs_the_first_at_once_and_counts_within_the_period_on_an_injected_clock(caplog):
+    clock = FakeClock()
+    throttle = subscription.Throttle(period=2.0, clock=clock)
+    with caplog.at_level(logging.WARNING, logger="test.throttle"):
+        for step in (0.0, 0.5, 0.5, 1.0):  # the last at exactly one period after the first
+            clock.now += step
+            throttle(logging.getLogger("test.throttle").warning, "bad sample on %s", "/cam")
+    assert [r.getMessage() for r in caplog.records] == [
+        "bad sample on /cam (1 such since last report)",
+        "bad sample on /cam (3 such since last report)",
+    ]
+
+
+@pytest.mark.dds
+@pytest.mark.parametrize("site", ["topic", "service"])
+def test_a_failing_take_is_logged_once_with_its_traceback_not_every_100_ms(dds_domain, caplog, monkeypatch, site):
+    """An injected take that always raises, on a subscription's and a service's take thread: with the
+    throttle's clock frozen (no period ever passes), however many takes fail there is one line."""
+    import functools
+
+    from dds_helpers import wait_until
+
+    from openclaw_vision.ros import cyclone
+    from openclaw_vision.ros.types import QUERY_MEMORY
+
+    calls = []
+
+    def failing_take(*_args):
+        calls.append(1)
+        raise OSError("injected take failure")
+
+    monkeypatch.setattr(cyclone, "Throttle", functools.partial(subscription.Throttle, clock=lambda: 0.0))
+    t = cyclone.CycloneTransport("failing_take")
+    try:
+        with caplog.at_level(logging.ERROR, logger=cyclone.__name__):
+            if site == "topic":
+                monkeypatch.setattr(cyclone._Subscription, "_take", failing_take)
+                ep = t.subscribe("/probe/failing", IMAGE, QoS(), lambda m, dt: None)
+            else:
+                monkeypatch.setattr(cyclone._ServiceEndpoints, "take", failing_take)
+                ep = t.service("/probe_failing", QUERY_MEMORY, lambda req: None)
+            wait_until(lambda: len(calls) >= 5, what="5 failed takes")
+            ep.close()
+        name = "/probe/failing" if site == "topic" else "service /probe_failing"
+        [line] = [r for r in caplog.records if "take on" in r.getMessage()]
+        assert line.getMessage() == f"take on {name} failed: OSError: injected take failure"
+        assert line.exc_info is not None  # the traceback, the first time only
+        assert ep.take_failures.total == len(calls) >= 5
+    finally:
+        t.close()

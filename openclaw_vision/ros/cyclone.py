@@ -16,9 +16,16 @@ Samples are taken serialized and handed to the subscription core both transports
 by `cdr`'s struct reader, whose `data` is a view of the sample's bytes, every other type by its
 generated class. The bytes come from `dds_takecdr` (Cyclone's public C API, through ctypes on
 the very libddsc the binding loaded): a reference to the sample Cyclone assembled from the
-network, no copy at all; the reference is released when the last view of it is gone. Where
-that library cannot be found, the binding's `ddspy_take` (what `DataReader.take` calls before
-deserialising) hands over a bytes copy instead. Either way no Python code walks the pixels.
+network, no copy at all; the reference is released when the last view of it is gone. Those
+ctypes structs are declared by hand, so the first transport of a process checks them against
+the library actually loaded (native_check.verify: versions, then a probe sample read back) and
+refuses to start, with NativeSeamError naming the versions, where they do not fit. The public
+`DataReader.take` (copy, then deserialise) took ~24 ms per 1080p rgb8 frame where this takes
+~0.2 ms (~130x; ~170 ms without dds_types' block-copy table; scripts/bench_dds_take.py), so the
+seam stays, checked. The binding's `ddspy_take` (what it calls before deserialising, one
+bytes copy) stays as the reference path test_cdr runs the same images through. Either way no
+Python code walks the pixels. A take that raises is logged once with its traceback, then as a
+count per period (subscription.Throttle.failure).
 Publishers take a message object or, like rclpy's, already serialized CDR bytes.
 
 Services speak rmw_cyclonedds's wire format: requests on `rq/<name>Request`, replies on
@@ -39,15 +46,14 @@ import os
 import threading
 import time
 import weakref
-from functools import cache
 from typing import Any
 
 import numpy as np
 
 from .. import threads
-from . import dds_config
+from . import dds_config, native_check
 from .dds_types import field_names, idl_type, service_wire_type
-from .subscription import DdsQos, SampleIntake, reader_qos, writer_qos
+from .subscription import DdsQos, SampleIntake, Throttle, reader_qos, writer_qos
 from .types import Callback, QoS
 
 log = logging.getLogger(__name__)
@@ -137,69 +143,13 @@ class _Publisher:
         return len(self._writer.get_matched_subscriptions())
 
 
-class _SampleInfo(ctypes.Structure):
-    """dds_sample_info_t (cyclonedds 11, src/core/ddsc/include/dds/dds.h)."""
-
-    _fields_ = [
-        ("sample_state", ctypes.c_int),
-        ("view_state", ctypes.c_int),
-        ("instance_state", ctypes.c_int),
-        ("valid_data", ctypes.c_bool),
-        ("source_timestamp", ctypes.c_int64),
-        ("instance_handle", ctypes.c_uint64),
-        ("publication_handle", ctypes.c_uint64),
-        ("disposed_generation_count", ctypes.c_uint32),
-        ("no_writers_generation_count", ctypes.c_uint32),
-        ("sample_rank", ctypes.c_uint32),
-        ("generation_rank", ctypes.c_uint32),
-        ("absolute_generation_rank", ctypes.c_uint32),
-    ]
-
-
-class _Iovec(ctypes.Structure):
-    """ddsrt_iovec_t on POSIX: struct iovec."""
-
-    _fields_ = [("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t)]
-
-
-@cache
 def _ddsc():
-    """The libddsc that cyclonedds' binding runs on, with the serdata calls typed; None if not found."""
-    import cyclonedds._clayer  # noqa: F401  (loads libddsc into this process)
-
-    try:
-        with open("/proc/self/maps") as maps:
-            paths = {line.split()[-1] for line in maps if "libddsc" in line.rsplit("/", 1)[-1]}
-    except OSError:
-        return None
-    if len(paths) != 1:
-        return None
-    try:
-        lib = ctypes.CDLL(paths.pop())  # already loaded: the same instance, the same entities
-        lib.dds_takecdr.argtypes = [
-            ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint32, ctypes.POINTER(_SampleInfo),
-            ctypes.c_uint32,
-        ]  # fmt: skip
-        lib.dds_takecdr.restype = ctypes.c_int32
-        lib.ddsi_serdata_size.argtypes = [ctypes.c_void_p]
-        lib.ddsi_serdata_size.restype = ctypes.c_uint32
-        lib.ddsi_serdata_to_ser_ref.argtypes = [
-            ctypes.c_void_p,
-            ctypes.c_size_t,
-            ctypes.c_size_t,
-            ctypes.POINTER(_Iovec),
-        ]
-        lib.ddsi_serdata_to_ser_ref.restype = ctypes.c_void_p
-        lib.ddsi_serdata_to_ser_unref.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Iovec)]
-        lib.ddsi_serdata_to_ser_unref.restype = None
-        lib.ddsi_serdata_unref.argtypes = [ctypes.c_void_p]
-        lib.ddsi_serdata_unref.restype = None
-    except (OSError, AttributeError):
-        return None
-    return lib
+    """The libddsc the binding runs on, typed for the zero-copy take (native_check.ddsc: version-checked; its
+    structs proven on a probe sample by the first transport's native_check.verify)."""
+    return native_check.ddsc()
 
 
-def _release(lib, ref: int, iov: _Iovec) -> None:
+def _release(lib, ref: int, iov: native_check.Iovec) -> None:
     lib.ddsi_serdata_to_ser_unref(ref, ctypes.byref(iov))
 
 
@@ -213,7 +163,7 @@ def take_serialized_ref(lib, reader: int, mask: int) -> tuple[Any, bool] | None:
     from cyclonedds.core import DDSException
 
     sd = ctypes.c_void_p()
-    info = _SampleInfo()
+    info = native_check.SampleInfo()
     n = lib.dds_takecdr(reader, ctypes.byref(sd), 1, ctypes.byref(info), mask)
     if n < 0:
         raise DDSException(n, "dds_takecdr")
@@ -222,7 +172,7 @@ def take_serialized_ref(lib, reader: int, mask: int) -> tuple[Any, bool] | None:
     try:
         if not info.valid_data:
             return b"", False
-        iov = _Iovec()
+        iov = native_check.Iovec()
         size = lib.ddsi_serdata_size(sd)
         ref = lib.ddsi_serdata_to_ser_ref(sd, 0, size, ctypes.byref(iov))
     finally:
@@ -230,6 +180,10 @@ def take_serialized_ref(lib, reader: int, mask: int) -> tuple[Any, bool] | None:
     buf = (ctypes.c_ubyte * iov.iov_len).from_address(iov.iov_base)
     weakref.finalize(buf, _release, lib, ref, iov).atexit = False  # at exit the process frees it all
     return memoryview(buf).cast("B").toreadonly(), True
+
+
+#: Seconds a take thread pauses after a failed take before it waits and takes again.
+TAKE_RETRY_S = 0.1
 
 
 class _Subscription:
@@ -248,6 +202,7 @@ class _Subscription:
         self._lib = _ddsc()
         self.zero_copy = self._lib is not None  # else the binding's take, one copy
         self._reliable = qos.reliability == "reliable"
+        self.take_failures = Throttle()  # .total: takes that raised
         self._stop = threading.Event()
         self._thread = threads.Thread(target=self._run, name=f"dds-take{intake.topic}", daemon=True)
         self._thread.start()
@@ -273,8 +228,9 @@ class _Subscription:
                 t0 = time.perf_counter()
                 try:
                     taken = self._take()
-                except Exception:
-                    log.exception("take on %s failed", self.intake.topic)
+                except Exception as err:
+                    self.take_failures.failure(log, f"take on {self.intake.topic} failed", err)
+                    self._stop.wait(TAKE_RETRY_S)  # the reader still signals data: without a pause, a hot loop
                     break
                 if taken is None:
                     break
@@ -375,6 +331,7 @@ class _Service:
         self._ep = _ServiceEndpoints(participant, name, srv_type, server=True)
         self._handler, self._fields = handler, field_names(srv_type + RESPONSE)
         self.failed = 0
+        self.take_failures = Throttle()  # .total: takes that raised
         self._stop = threading.Event()
         self._thread = threads.Thread(target=self._run, name=f"dds-service{name}", daemon=True)
         self._thread.start()
@@ -385,8 +342,9 @@ class _Service:
             while not self._stop.is_set():
                 try:
                     requests = self._ep.take()
-                except Exception:
-                    log.exception("take on service %s failed", self._ep.name)
+                except Exception as err:
+                    self.take_failures.failure(log, f"take on service {self._ep.name} failed", err)
+                    self._stop.wait(TAKE_RETRY_S)
                     break
                 if not requests:
                     break
@@ -457,6 +415,11 @@ class CycloneTransport:
         domain = int(os.environ.get("ROS_DOMAIN_ID", "0")) if domain_id is None else domain_id
         self._domain = _domain(domain, self.uri)
         self.participant = DomainParticipant(domain)
+        try:  # once per process: a library our hand-declared seams do not fit is refused, never crashed on
+            native_check.verify(self.participant)
+        except native_check.NativeSeamError:
+            self.participant = self._domain = None
+            raise
         self._topics: dict[str, Any] = {}
         self._subs: list[_Subscription] = []
         self._services: list[_Service | _Client] = []

@@ -9,12 +9,14 @@ the bytes a Humble node sends and a rosbag2 stores.
 (measured here: ~0.9 s to encode a 1080p image), and a plain `bytes` annotation, which it
 copies as one block, cannot be described in its XTypes type information (topic creation
 fails). We keep the `sequence<uint8>` annotation, so discovery announces the right type, and
-register the binding's block-copy machine for it (`_use_block_copy_for_octet_sequences`):
-identical bytes on the wire, Python `bytes` in and out, ~8 ms to encode and ~10 ms to decode
-a 1080p frame here. This touches one private table of cyclonedds-python, which is why the
-requirements pin its major version. The Cyclone transport's image subscriptions and the replay
-do not go through these classes at all (ros/cdr.py reads and writes images with `struct`);
-they serve every other type, topic creation and discovery.
+register the binding's block-copy machine for it (native_check.octet_sequences_block_copied,
+run before the first type is built): identical bytes on the wire, Python `bytes` in and out,
+~8 ms to encode and ~10 ms to decode a 1080p frame here. This touches one private table of
+cyclonedds-python: the requirements pin its major version, and the registration is checked on a
+known sample and refused (NativeSeamError, naming the versions) where the table is not as it
+was. The Cyclone transport's image subscriptions and the replay do not go through these classes
+at all (ros/cdr.py reads and writes images with `struct`); they serve every other type, topic
+creation and discovery.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from cyclonedds.idl import IdlStruct, make_idl_struct
 from cyclonedds.idl import types as t
 
 from ..bags import typestore
+from .native_check import octet_sequences_block_copied
 
 _BASE = {
     "bool": bool,
@@ -42,17 +45,6 @@ _BASE = {
     "float64": t.float64,
     "string": str,
 }
-
-
-def _use_block_copy_for_octet_sequences() -> None:
-    from cyclonedds.idl._builder import Builder
-    from cyclonedds.idl._machinery import BytesMachine
-
-    for octet in (t.uint8, t.byte):
-        Builder.easy_types[t.sequence(octet)] = BytesMachine
-
-
-_use_block_copy_for_octet_sequences()
 
 
 def dds_type_name(ros_type: str) -> str:
@@ -100,6 +92,7 @@ def field_names(ros_type: str) -> list[str]:
 def idl_type(ros_type: str) -> type[IdlStruct]:
     """The Cyclone DDS class for a ROS 2 message type name, e.g. 'sensor_msgs/msg/Image'; for a service's
     halves ('openclaw_vision/srv/QueryMemory_Request') the message as ROS code sees it (no request header)."""
+    octet_sequences_block_copied()
     return make_idl_struct(ros_type.replace("/", "__"), dds_type_name(ros_type), _annotations(ros_type))
 
 
@@ -118,5 +111,6 @@ def service_wire_type(ros_type: str) -> type[IdlStruct]:
     annotations = _annotations(ros_type)
     if set(annotations) & set(REQUEST_HEADER):
         raise TypeError(f"{ros_type}: a field is named like the request header's {sorted(REQUEST_HEADER)}")
+    octet_sequences_block_copied()
     return make_idl_struct(ros_type.replace("/", "__") + "__wire", dds_type_name(ros_type),
                            {**REQUEST_HEADER, **annotations})  # fmt: skip

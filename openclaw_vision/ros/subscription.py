@@ -40,17 +40,45 @@ LOG_PERIOD_S = 2.0
 class Throttle:
     """Log a repeated problem at most once per `period` seconds, with how often it happened.
 
-    `period` may be changed at any time (the log_throttle_period parameter)."""
+    `period` may be changed at any time (the log_throttle_period parameter). `clock` (seconds, monotonic)
+    is injectable so that a test steps time instead of waiting for it."""
 
-    def __init__(self, period: float = LOG_PERIOD_S) -> None:
-        self.period, self._last, self._n = period, 0.0, 0
+    def __init__(self, period: float = LOG_PERIOD_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self.period, self.clock = period, clock
+        self._last: float | None = None  # when the last line was logged; None: never
+        self._n = 0  # occurrences since then
+        self.total = 0  # occurrences ever
+
+    def _due(self) -> float | None:
+        """Count one occurrence; the seconds since the last line if one is due now (0.0 for the first)."""
+        self._n += 1
+        self.total += 1
+        now = self.clock()
+        if self._last is None:
+            self._last = now
+            return 0.0
+        if now - self._last >= self.period:
+            since, self._last = now - self._last, now
+            return since
+        return None
 
     def __call__(self, fn, text: str, *args) -> None:
-        self._n += 1
-        now = time.monotonic()
-        if now - self._last >= self.period:
+        if self._due() is not None:
             fn(text + " (%d such since last report)", *args, self._n)
-            self._last, self._n = now, 0
+            self._n = 0
+
+    def failure(self, logger: logging.Logger, what: str, err: BaseException) -> None:
+        """A loop's repeated failure of one kind (`what`, e.g. 'take on /cam failed'): the first is logged as
+        an error with its traceback; after that one line per period, with the count and the last error
+        (a take retried every 100 ms would otherwise print a traceback ten times a second)."""
+        since = self._due()
+        if since is None:
+            return
+        if self.total == 1:
+            logger.error("%s: %s: %s", what, type(err).__name__, err, exc_info=err)
+        else:
+            logger.error("%s %d more times in the last %.0f s: %s: %s", what, self._n, since, type(err).__name__, err)
+        self._n = 0
 
 
 @dataclass(frozen=True)
