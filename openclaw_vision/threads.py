@@ -217,14 +217,14 @@ class Watchdog:
         self.period = period
         self.stalls = 0
         self.stalled_s = 0.0  # how long the current stall has lasted (0: none)
-        self._done = -1
+        self._done = 0  # the counts as they start: nothing arrived, nothing finished
         self._arrived = 0
         self._waiting_since: float | None = None
 
     def check(self, arrived: int, done: int, now: float | None = None) -> float:
         """Seconds the waiting work has gone unfinished, when that is a stall; else 0."""
         now = time.monotonic() if now is None else now
-        if done != self._done or self.period <= 0:
+        if done != self._done or self.period <= 0:  # progress (or off): the waiting starts again
             self._done, self._arrived, self._waiting_since, self.stalled_s = done, arrived, None, 0.0
             return 0.0
         if arrived == self._arrived:

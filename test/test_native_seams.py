@@ -130,7 +130,8 @@ def test_a_known_sample_encoding_differently_is_refused(monkeypatch):
 @pytest.mark.dds
 def test_a_node_on_a_mismatched_library_exits_with_the_error_not_a_signal(dds_domain):
     """The encoder node's own start, with the supported major set to one that is not installed: it stops at
-    its transport with the seam error as its last word and exit status 1 (a crash would be -11)."""
+    its transport with the seam error as its one error line and exit status 2, as for a bad configuration (a
+    crash would be -11)."""
     code = (
         "import runpy, sys\n"
         "from openclaw_vision.ros import native_check\n"
@@ -139,7 +140,7 @@ def test_a_node_on_a_mismatched_library_exits_with_the_error_not_a_signal(dds_do
         "runpy.run_path('scripts/encoder_node', run_name='__main__')\n"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 1, done.stderr
+    assert done.returncode == 2, done.stderr
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("openclaw_vision.ros.native_check.NativeSeamError: Cyclone DDS native seam check failed")
+    assert "ERROR: Cyclone DDS native seam check failed" in last and "Traceback" not in done.stderr
     assert "expected 10.x of both" in last and "libddsc 11." in last

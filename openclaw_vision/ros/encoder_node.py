@@ -108,6 +108,8 @@ WORKER_NICE = 10
 #: how long stop() waits for the worker threads in all: an encode in flight finishes within it; one that does
 #: not return (a runtime hung in a native call) is left behind, and the runner exits without it
 STOP_JOIN_S = 10.0
+#: how often a stage waiting for the other looks at the node's stop
+HANDOFF_POLL_S = 0.2
 #: frames that never reached the node: reported by the reader (`lost`), estimated from stamp gaps
 UNSEEN = ("lost", "missing_estimate")
 
@@ -228,7 +230,7 @@ class EncoderNode:
             cam.images = self._subscribe_images(cam)
         # the worker: two stages on two threads, or one thread doing both (see `overlaps`)
         self.overlap = overlaps(self.pipeline) if overlap is None else overlap and self.pipeline.concurrent
-        self._handoff: queue.Queue[_Taken | None] = queue.Queue(maxsize=1)
+        self._handoff: queue.Queue[_Taken] = queue.Queue(maxsize=1)
         self._encoder_idle = threading.Event()
         self._encode_ends = 0.0  # when the running encode is due to end (0: none running)
         self._encode_estimate: dict[int, float] = {}  # the last encode's seconds, by batch size
@@ -294,32 +296,35 @@ class EncoderNode:
         It takes from the slots only when the encode thread has taken the previous batch (the
         hand-off is a rendezvous: one batch encoding, at most one being prepared, never a queue),
         and not before the running encode is due to end less the time a preparation takes: frames
-        stay in their slots until then, where a newer frame of the camera still displaces them."""
-        try:
-            while not self._stop.is_set():
-                wait = self._encode_ends - self._prepare_estimate - time.perf_counter()
-                if wait > 0:
-                    self._encoder_idle.wait(wait)  # set when that encode ends early, or the node stops
-                    continue
-                batch = self._slots.take(self.pipeline.max_batch, timeout=0.2)
-                if not batch:
-                    continue
-                taken = self._prepare_batch(batch)
-                self._handoff.put(taken)
-                self._handoff.join()  # until the encode thread has it: then the next batch may be taken
-        finally:
-            self._handoff.put(None)
+        stay in their slots until then, where a newer frame of the camera still displaces them.
+
+        Neither stage waits for the other without also watching the stop: a stage that failed (and
+        waits out its backoff, or was given up) never holds the other, or the node's stop."""
+        while not self._stop.is_set():
+            wait = self._encode_ends - self._prepare_estimate - time.perf_counter()
+            if wait > 0:
+                self._encoder_idle.wait(wait)  # set when that encode ends early, or the node stops
+                continue
+            batch = self._slots.take(self.pipeline.max_batch, timeout=0.2)
+            if not batch:
+                continue
+            self._handoff.put(self._prepare_batch(batch))
+            with self._handoff.all_tasks_done:  # until the encode thread has it: then the next may be taken
+                while self._handoff.unfinished_tasks and not self._stop.is_set():
+                    self._handoff.all_tasks_done.wait(HANDOFF_POLL_S)
 
     def _encode_work(self) -> None:
-        """Overlap, second stage: encode and publish each prepared batch; ends after the prepare thread.
-
-        The hand-off is marked done whatever happens to the batch, so the prepare thread never waits
-        for an encode thread that failed (the supervisor then runs this loop again)."""
+        """Overlap, second stage: encode and publish each prepared batch; what was handed over before the
+        stop is still encoded. The hand-off is marked done whatever happens to the batch, so the prepare
+        thread never waits for an encode thread that failed (the supervisor then runs this loop again)."""
         while True:
-            taken = self._handoff.get()
             try:
-                if taken is None:
+                taken = self._handoff.get(timeout=HANDOFF_POLL_S)
+            except queue.Empty:
+                if self._stop.is_set():
                     return
+                continue
+            try:
                 n = len(taken.prepared.encoded) if taken.prepared else 0
                 self._encoder_idle.clear()
                 self._encode_ends = time.perf_counter() + self._encode_estimate.get(n, 0.0)  # before the hand-off ends
@@ -348,11 +353,12 @@ class EncoderNode:
             raise
 
     def _prepare_batch(self, batch: list[tuple[str, tuple]]) -> _Taken:
-        """Stage one: the frames taken from their slots, decoded and preprocessed (`queue` ends here)."""
+        """Stage one: the frames taken from their slots, decoded and preprocessed (`queue` ends here).
+        Whatever goes wrong here is the batch's error (its frames then count as failed), never lost frames."""
         taken = _Taken(batch, [self.cameras[key] for key, _ in batch], time.perf_counter())
-        for cam, (_, (_, _, queued_at)) in zip(taken.cams, batch, strict=True):
-            self._time(cam, "queue", taken.at - queued_at)  # waiting in its slot for the worker
         try:
+            for cam, (_, (_, _, queued_at)) in zip(taken.cams, batch, strict=True):
+                self._time(cam, "queue", taken.at - queued_at)  # waiting in its slot for the worker
             taken.prepared = self.pipeline.prepare([frame for _, (frame, _, _) in batch])
         except Exception as err:  # not a bad frame (that is a FrameError, rejected alone): the batch fails
             taken.error = err
@@ -544,7 +550,7 @@ class EncoderNode:
                 taken = self._handoff.get_nowait()
             except queue.Empty:
                 break
-            for i in taken.unsettled() if taken is not None else ():
+            for i in taken.unsettled():
                 taken.settled.add(i)
                 self._count(taken.cams[i], "dropped")
         if late:  # a call that does not return: its pipeline and encoder stay as they are (the runner leaves)

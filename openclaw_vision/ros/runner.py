@@ -24,6 +24,7 @@ from pathlib import Path
 
 from .. import config as cfgmod
 from .. import threads
+from ..errors import OpenclawError
 from ..resources import share_path
 from .ros_args import ros_parameters, split_ros_args
 from .transport import create_transport
@@ -175,7 +176,11 @@ def node_main(argv: list[str], prog: str, node_name: str, cls, yaml_name: str, c
     if args.ignored_ros_parameters:
         log.warning("ignoring ROS parameter(s) %s: not parameters of %s", ", ".join(args.ignored_ros_parameters),
                     node_name)  # fmt: skip
-    transport = create_transport(cfg.transport, node_name, [prog, *argv])
+    try:
+        transport = create_transport(cfg.transport, node_name, [prog, *argv])
+    except OpenclawError as err:  # a transport that refuses to start (native_check): one line, exit 2
+        log.error("%s", err)
+        return 2
     try:
         cfg = ros_overrides(transport, cfg, log)
         if cfg is None:
