@@ -13,7 +13,7 @@ from . import report
 from .harness import host_info, versions
 
 #: "all" = the encoder modes; the others alone
-MODES = ("stages", "node", "roofline", "all", "vlm", "cameras", "capacity", "triton", "memory", "overload")
+MODES = ("stages", "node", "roofline", "all", "vlm", "cameras", "capacity", "triton", "memory", "overload", "stop")
 
 
 def run_bench(args: argparse.Namespace) -> dict:
@@ -93,6 +93,13 @@ def run_bench(args: argparse.Namespace) -> dict:
         fp32 = Path(ensure_fp32(args.model, args.model_path))
         result["overload"] = run_overload(args.model, fp32, args.quick, args.out)
         result["precision"], result["backend"] = "fp32 (+ zero-output MatMuls)", "onnxruntime"
+    if "stop" in modes:
+        from .stop import run_stop
+
+        args.model = canonical_name(args.model)
+        fp32 = Path(ensure_fp32(args.model, args.model_path))
+        result["stop"] = run_stop(args.model, fp32, args.quick, args.out, args.stops)
+        result["precision"], result["backend"] = "fp32", "onnxruntime"
     if "memory" in modes:
         from .memory import run_memory
 
@@ -142,6 +149,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="cameras and capacity modes: the nodes' performance_hint")  # fmt: skip
     p.add_argument("--memory-rows", type=lambda s: tuple(int(n) for n in s.split(",")), default=None,
                    help="memory mode: row counts (default 10000,100000,1000000; --quick: 10000)")  # fmt: skip
+    p.add_argument("--stops", type=int, default=None, help="stop mode: SIGTERMs per phase (default 50, quick 3)")
     p.add_argument("--out", type=Path, default=Path("out/bench"), help="folder for bench.json, bench.md and plots")
     p.add_argument("--json", type=Path, default=None, help="also write the JSON here")
 

@@ -188,6 +188,7 @@ def node_main(argv: list[str], prog: str, node_name: str, cls, yaml_name: str, c
         if stop.is_set():
             log.info("stopping (%s) before the model was loaded", stop.reason)
             return 0
+        log.info("loading: the model and the node's endpoints (a stop now does not wait for the load)")
         try:
             node = build_or_stop(build, cfg, transport, stop)
         except errors as err:
