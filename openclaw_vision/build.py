@@ -354,6 +354,8 @@ def _quantize_arguments(p: argparse.ArgumentParser) -> None:
     field_flag(p, "--max-float-layers", q, "max_float", help="most layers kept float (-1: a quarter)")
     field_flag(p, "--holdout-every", q, help="every k-th frame is held out for the gate")
     field_flag(p, "--threads", q)
+    field_flag(p, "--no-smooth", q, "smooth",
+               help="no outlier migration into the LayerNorms (quant/smooth.py): the plain path")  # fmt: skip
     field_flag(p, "--no-sensitivity", q, "sensitivity",
                help="skip the sensitivity measures when every layer passes as INT8 (the partition still runs them if"
                " needed)")  # fmt: skip

@@ -89,3 +89,80 @@ def test_unknown_profile_is_a_clear_error():
     model, _ = build_model("tiny")
     with pytest.raises(ValueError, match="clip-like"):
         profiles.apply(model, "realistic")
+
+
+# --- teeth and the outlier-aware path -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def profile_models(tmp_path_factory) -> dict[str, object]:
+    folder = tmp_path_factory.mktemp("profiles")
+    return {p: profiles.export_profile("tiny", p, folder / f"{p}.fp32.onnx") for p in profiles.PROFILES}
+
+
+@pytest.fixture(scope="module")
+def calib_frames() -> list:
+    from openclaw_vision.preprocess.frame import Frame
+    from openclaw_vision.sample_frames import pan_frames
+
+    return [Frame.from_rgb(f) for f in pan_frames(24)]
+
+
+def _quantize(model, frames, out, **kw):
+    from pathlib import Path
+
+    from openclaw_vision.quant.pipeline import QuantOptions, quantize
+
+    opts = QuantOptions(model, Path("<sample frames>"), out, measure_memory=False, text=False, **kw)
+    return quantize(opts, frames)
+
+
+@pytest.mark.parametrize("profile", profiles.PROFILES)
+def test_plain_int8_fails_the_gate_and_the_outlier_aware_default_passes(profile, profile_models, calib_frames,
+                                                                        tmp_path):  # fmt: skip
+    from openclaw_vision.encoders.trt_rules import explicit_quantisation_problems
+
+    model = profile_models[profile]
+    plain = _quantize(model, calib_frames, tmp_path / "plain.onnx", smooth=False, max_float=0, sensitivity=False)
+    assert not plain.passed and not (tmp_path / "plain.onnx").exists()  # the gate refuses it: no model written
+    ours = _quantize(model, calib_frames, tmp_path / "ours.onnx")
+    assert ours.passed, ours.summary()
+    assert ours.worst.mean_cosine > plain.worst.mean_cosine
+    r = ours.as_dict()
+    # most GEMM FLOPs stay INT8 (the tiny tower has 2 blocks: one FC2 kept float is 5.6 % of them)
+    assert r["int8_flop_share"] >= (0.88 if profile == "clip-like" else 0.9)
+    migrated = [m for m in r["migration"]["layers"] if m["alpha"] is not None]
+    assert migrated and all(0 < m["alpha"] < 1 for m in migrated)  # the report names each with its alpha
+    if profile in ("massive", "registers"):
+        assert any(label.endswith("mlp_proj") for label in r["kept_float_labels"])  # after a GELU: not migratable
+    assert explicit_quantisation_problems(tmp_path / "ours.onnx") == []  # still TensorRT's Q/DQ form
+
+
+def test_migration_keeps_the_fp32_function(profile_models, calib_frames, tmp_path):
+    """The migrated FP32 graph (before any INT8) computes what the export computes."""
+    import onnx
+
+    from openclaw_vision.ortsession import session
+    from openclaw_vision.quant import calibrate, smooth
+    from openclaw_vision.quant.graph import quantisable_layers
+
+    model = onnx.load(str(profile_models["clip-like"]))
+    layers = quantisable_layers(model)
+    groups = smooth.groups(model, layers)
+    assert {g.layers[0].role for g in groups} == {"qkv", "mlp_fc", "proj"}
+    x = np.random.default_rng(0).standard_normal((4, 3, 224, 224)).astype(np.float32)
+    acts = [g.activation for g in groups]
+    obs = session(calibrate.observation_model(model, acts).SerializeToString(), level="basic")
+    stats = calibrate.collect_stats(obs, acts, [x], rows={a: smooth.ROWS for a in acts})
+    inits = {i.name: i for i in model.graph.initializer}
+    read = lambda name: onnx.numpy_helper.to_array(inits[name])  # noqa: E731
+    plan = smooth.plan(model, layers, stats, read, "s8s8")
+    assert any(m.alpha is not None and m.cosine > m.cosine_plain for m in plan)
+    graph, weights = smooth.rewrite(model, plan, read)
+    for p in weights:
+        i = next(k for k, t in enumerate(graph.graph.initializer) if t.name == p.name)
+        graph.graph.initializer[i].CopyFrom(onnx.numpy_helper.from_array(p.produce(), p.name))
+    a = session(model.SerializeToString()).run(None, {"pixel_values": x})[0]
+    b = session(graph.SerializeToString()).run(None, {"pixel_values": x})[0]
+    cos = np.sum(a * b, 1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    assert cos.min() > 0.99999

@@ -317,7 +317,7 @@ def test_partition_keeps_the_outlier_layer_in_float_and_passes(outlier_model, sa
     res = _quantize(
         "--model-path", str(outlier_model), "--calib", str(sample_bag), "--method", "minmax",
         "--min-mean-cosine", "0.9997", "--out", str(tmp_path / "m.onnx"), "--report", str(tmp_path / "r"),
-        "--no-memory",
+        "--no-memory", "--no-smooth",
     )  # fmt: skip
     # (a stricter mean-cosine bar than the default: 12 sample frames leave the all-INT8 outlier model
     # at ~0.9993 — the point is that the partition finds the one layer to keep, not the bar itself)
@@ -327,6 +327,20 @@ def test_partition_keeps_the_outlier_layer_in_float_and_passes(outlier_model, sa
     assert worst_alone["label"] == "block1.mlp_fc"  # the layer reading the outlier channel
     assert r["trials"][0]["keep_float"] == 0 and not r["trials"][0]["passed"]
     assert r["kept_float_labels"] == ["block1.mlp_fc"] and r["passed"]
+
+
+def test_migration_makes_the_outlier_layer_int8_again(outlier_model, sample_bag, tmp_path, data_home):
+    """The default path folds the outlier channel into its LayerNorm (quant/smooth.py): nothing stays float."""
+    res = _quantize(
+        "--model-path", str(outlier_model), "--calib", str(sample_bag), "--method", "minmax",
+        "--min-mean-cosine", "0.9997", "--out", str(tmp_path / "m.onnx"), "--report", str(tmp_path / "r"),
+        "--no-memory", "--sweep", "never",
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    r = json.loads((tmp_path / "r" / "report.json").read_text())
+    moved = {layer: m["alpha"] for m in r["migration"]["layers"] if m["alpha"] is not None for layer in m["layers"]}
+    assert "block1.mlp_fc" in moved and r["kept_float"] == [] and r["int8_flop_share"] == 1.0
+    assert "block1.mlp_fc" in (tmp_path / "r" / "report.md").read_text()  # named in the report, with its alpha
 
 
 def test_default_output_goes_beside_the_given_fp32_model(tiny_model, sample_bag, tmp_path, data_home):

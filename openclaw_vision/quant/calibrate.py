@@ -5,7 +5,10 @@ added as a graph output (`observation_model`). Each tensor's statistics are its 
 histogram of 2 × HIST_BINS bins over [-limit, limit]; when a batch exceeds the limit, the limit
 doubles and neighbouring bins merge pairwise (exact, no pass over the data again), so the bins
 stay within a factor of two of the final |max| — one pass instead of the former two (a pass of
-ViT-bigG-14 over 64 frames is minutes here). Three ways to turn that into a clipping range:
+ViT-bigG-14 over 64 frames is minutes here). The same pass is channel-aware: each tensor's per-channel
+|max| (last axis) and, for the tensors asked for, a bounded sample of rows (tokens) that keeps the
+rows with the largest |x|; outlier migration (smooth.py) chooses its factors from them. Three ways
+to turn the statistics into a per-tensor clipping range:
 
 - `minmax`: the observed extremes. Never clips; one outlier stretches the step for everyone.
 - `percentile`: the |x| value below which `percentile` % of the samples lie.
@@ -36,6 +39,9 @@ class TensorStats:
     hi: float
     hist: np.ndarray | None = None  # (2 * HIST_BINS,) counts over [-limit, limit]
     limit: float | None = None  # the histogram's half-range; None: absmax
+    channel_absmax: np.ndarray | None = None  # (C,) |max| of each channel of the last axis
+    rows: np.ndarray | None = None  # (≤ rows_kept, C) sampled rows, the largest-|x| ones included
+    rows_kept: int = 0  # 0: no row sample
 
     @property
     def absmax(self) -> float:
@@ -54,6 +60,11 @@ class TensorStats:
         """Add a batch of samples: extremes, and the histogram (its range doubled as often as needed)."""
         lo, hi = float(values.min()), float(values.max())
         self.lo, self.hi = min(self.lo, lo, 0.0), max(self.hi, hi, 0.0)
+        flat = values.reshape(-1, values.shape[-1]) if values.ndim > 1 else values.reshape(1, -1)
+        chan = np.abs(flat).max(axis=0)
+        self.channel_absmax = chan if self.channel_absmax is None else np.maximum(self.channel_absmax, chan)
+        if self.rows_kept:
+            self._sample_rows(flat)
         a = max(abs(lo), abs(hi))
         if self.hist is None:
             self.limit = a if a > 0 else 1e-12
@@ -62,6 +73,19 @@ class TensorStats:
             self.hist = _double_range(self.hist)
             self.limit *= 2.0
         self.hist += np.histogram(values, bins=2 * HIST_BINS, range=(-self.limit, self.limit))[0]
+
+    def _sample_rows(self, flat: np.ndarray) -> None:
+        """Keep at most `rows_kept` rows: the quarter with the largest |x| (outlier tokens are few and decide
+        the per-tensor scale), the rest evenly spread over what was seen (deterministic)."""
+        rows = flat if self.rows is None else np.concatenate([self.rows, flat])
+        if len(rows) <= self.rows_kept:
+            self.rows = np.array(rows, np.float32)
+            return
+        peak = np.abs(rows).max(axis=1)
+        top = np.argsort(peak)[::-1][: self.rows_kept // 4]
+        rest = np.setdiff1d(np.arange(len(rows)), top)
+        even = rest[np.linspace(0, len(rest) - 1, self.rows_kept - len(top)).round().astype(int)]
+        self.rows = np.array(rows[np.sort(np.concatenate([top, even]))], np.float32)
 
 
 def _double_range(hist: np.ndarray) -> np.ndarray:
@@ -108,14 +132,17 @@ def observe_batch(sess, tensors: list[str], bytes_per_image: int | None = None) 
     return int(np.clip(OBSERVE_BYTES // max(bytes_per_image, 1), 1, 8))
 
 
-def collect_stats(sess, tensors: list[str], batches: Iterable[np.ndarray], progress=None) -> dict[str, TensorStats]:
+def collect_stats(
+    sess, tensors: list[str], batches: Iterable[np.ndarray], progress=None, rows: dict[str, int] | None = None
+) -> dict[str, TensorStats]:
     """Run the observation session over `batches` once; returns {tensor: TensorStats}.
 
     `sess` is an ONNX Runtime session of `observation_model(...)`. `progress(iterable, desc)` wraps the loop.
+    `rows`: {tensor: rows to keep} for the tensors whose row sample is wanted (smooth.py).
     """
     wrap = progress or (lambda it, desc: it)
     inp = sess.get_inputs()[0].name
-    stats = {t: TensorStats(0.0, 0.0) for t in tensors}
+    stats = {t: TensorStats(0.0, 0.0, rows_kept=(rows or {}).get(t, 0)) for t in tensors}
     for x in wrap(batches, "calibration (one pass)"):
         for name, value in zip(tensors, sess.run(tensors, {inp: x}), strict=True):
             stats[name].update(value)

@@ -2,9 +2,12 @@
 
 Phases, in order (each timed, with its own peak RSS, in the report):
 1. frames → preprocessed calibration / held-out tensors, one frame at a time;
-2. every layer's weight quantised once, into the scratch folder (`workspace`);
-3. one FP32 session: activation statistics on the calibration frames (one pass) and the
-   reference embeddings of the held-out frames; then it is closed;
+2. one FP32 session: activation statistics on the calibration frames (one pass, channel-aware) and
+   the reference embeddings of the held-out frames; then it is closed;
+3. outlier migration (smooth.py, on by default): per-channel factors folded into the LayerNorms
+   before the QKV / FC1 / proj GEMMs and into their weights, alpha per layer by the local cosine;
+   the migrated activations' ranges measured again (one FP32 pass over those tensors); then every
+   layer's weight is quantised once, into the scratch folder (`workspace`);
 4. ranges for each calibration method; each scored with every layer INT8 (one INT8 session at a time);
 5. sensitivity: the local per-layer SQNR (one pass, any size) and, where affordable, the
    end-to-end sweep (one run per layer); the sweep's ranking drives the partition when it ran;
@@ -42,7 +45,7 @@ from ..models import onnx_files
 from ..ortsession import session
 from ..phases import PhaseLog
 from ..stats import Variant, first_call_s, run_interleaved
-from . import calibrate, crossmodal, data, memory, partition, sensitivity
+from . import calibrate, crossmodal, data, memory, partition, sensitivity, smooth
 from .evaluate import Evaluator, embed, worst
 from .graph import quantisable_layers
 from .qdq import SCHEMES, build_probe_model, build_qdq_model, build_switch_model
@@ -107,6 +110,7 @@ class QuantOptions:
     text: bool = True  # False: no text term
     report: Path | None = None  # the report folder (the re-gate set goes there); None: `report_dir`'s default
     partition_runtimes: tuple[str, ...] = ("onnxruntime",)  # the runtimes the partition's gate scores on
+    smooth: bool = True  # outlier migration into the LayerNorms before INT8 (smooth.py); False: the plain path
 
     @property
     def report_dir(self) -> Path:
@@ -208,22 +212,49 @@ class Calibration:
     reference: dict[str, np.ndarray]
     images_per_run: int
     fp32_s_per_image: float
+    stats: dict = field(default_factory=dict)  # {tensor: TensorStats} kept for the migration (row samples)
 
 
 def calibration_phase(ws: Workspace, layers, qdata, opts: QuantOptions, progress) -> Calibration:
-    """Activation statistics on the calibration frames and reference embeddings in one FP32 session, then closed."""
+    """Activation statistics on the calibration frames and reference embeddings in one FP32 session, then closed.
+    With migration on, the migratable activations also keep a row sample (smooth.ROWS rows each)."""
     tensors = sorted({layer.activation for layer in layers})
+    rows = {g.activation: smooth.ROWS for g in smooth.groups(ws.graph, layers)} if opts.smooth else {}
     observe = ws.write(calibrate.observation_model(ws.graph, tensors), "observe")
     obs = session(observe, opts.threads, level="basic", quiet=True)
     batch = calibrate.observe_batch(obs, tensors)
     t = time.perf_counter()
-    stats = calibrate.collect_stats(obs, tensors, qdata.batches(batch), progress)
+    stats = calibrate.collect_stats(obs, tensors, qdata.batches(batch), progress, rows)
     per_image = (time.perf_counter() - t) / qdata.calibration_frames
     # same batch: ONNX Runtime keeps every graph output of a run alive until it ends, fetched or not
     reference = {res: embed(obs, x, batch) for res, x in qdata.heldout.items()}
     del obs
     ranges = {m: calibrate.compute_ranges(stats, m, opts.percentile) for m in calibrate.METHODS}
-    return Calibration(ranges, reference, batch, per_image)
+    return Calibration(ranges, reference, batch, per_image, stats if rows else {})
+
+
+def smooth_phase(ws: Workspace, layers, qdata, cal: Calibration, opts: QuantOptions, progress) -> list:
+    """Outlier migration (smooth.py): choose alpha per migratable activation, fold the factors into the workspace's
+    FP32 graph, and measure the migrated activations' ranges again (one FP32 pass over those tensors only).
+    Returns the `smooth.Migration` of every migratable activation (alpha None: left as it was)."""
+    if not opts.smooth or not cal.stats:
+        return []
+    reader = ws.reader()
+    migrations = smooth.plan(ws.graph, layers, cal.stats, reader.array, opts.scheme, progress)
+    cal.stats = {}  # the row samples are spent (ViT-bigG-14: hundreds of MB)
+    moved = [m for m in migrations if m.alpha is not None]
+    if not moved:
+        return migrations
+    graph, weights = smooth.rewrite(ws.graph, migrations, reader.array)
+    ws.replace(graph, weights)
+    tensors = sorted({m.group.activation for m in moved})
+    obs = session(ws.write(calibrate.observation_model(ws.graph, tensors), "observe-migrated"), opts.threads,
+                  level="basic", quiet=True)  # fmt: skip
+    stats = calibrate.collect_stats(obs, tensors, qdata.batches(calibrate.observe_batch(obs, tensors)), progress)
+    del obs
+    for m in calibrate.METHODS:
+        cal.ranges[m].update(calibrate.compute_ranges(stats, m, opts.percentile))
+    return migrations
 
 
 @dataclass
@@ -372,6 +403,7 @@ class Found:
     checks: Checks
     max_float: int
     int8_files: list[str]
+    migrations: list = field(default_factory=list)  # smooth.Migration per migratable activation
 
 
 def _calibration_section(opts: QuantOptions, f: Found) -> dict:
@@ -430,6 +462,36 @@ def _sensitivity_sections(opts: QuantOptions, f: Found) -> dict:
     }  # fmt: skip
 
 
+def _migration_section(opts: QuantOptions, f: Found) -> dict:
+    """Each migrated layer with its alpha (and each migratable one left as it was), for the report."""
+    moved = [m for m in f.migrations if m.alpha is not None]
+    return {"on": opts.smooth, "migrated": len(moved), "migratable": len(f.migrations),
+            "layers": [m.as_dict() for m in f.migrations]}  # fmt: skip
+
+
+def layer_flops(layers, meta: dict[str, str]) -> dict[str, float]:
+    """GEMM FLOPs per image of each quantisable layer, from the export's vision_config (equal weights when the
+    model does not say its shape): what the INT8 share is measured in."""
+    try:
+        from ..models.configs import VisionConfig
+
+        cfg = VisionConfig(**json.loads(meta["vision_config"]))
+    except (KeyError, TypeError, ValueError):
+        return {layer.node: 1.0 for layer in layers}
+    t, w = cfg.tokens, cfg.width
+    per_role = {"qkv": 2 * t * w * 3 * w, "attn_out": 2 * t * w * w, "mlp_fc": 2 * t * w * cfg.mlp_dim,
+                "mlp_proj": 2 * t * w * cfg.mlp_dim, "patch_embed": 2 * cfg.grid**2 * 3 * cfg.patch_size**2 * w,
+                "proj": 2 * w * cfg.embed_dim}  # fmt: skip
+    return {layer.node: float(per_role.get(layer.role, 2 * t * w * w)) for layer in layers}
+
+
+def int8_flop_share(layers, kept_float, meta: dict[str, str]) -> float:
+    """The share of the quantisable layers' GEMM FLOPs that run INT8 (1.0: none kept float)."""
+    flops = layer_flops(layers, meta)
+    total = sum(flops.values())
+    return 1.0 - sum(flops[n] for n in kept_float) / total if total else 1.0
+
+
 def sections(opts: QuantOptions, f: Found) -> dict:
     """report.json's sections beyond the verdict (stable keys: report.py and the tests read them)."""
     layers, part = f.src.layers, f.part
@@ -443,6 +505,8 @@ def sections(opts: QuantOptions, f: Found) -> dict:
         "quantised": len(layers) - len(part.kept_float),
         "kept_float_labels": [next(x.label for x in layers if x.node == n) for n in part.kept_float],
         "float_by_construction": "LayerNormalization, Softmax, GELU, residual Add, attention QK^T and PV MatMuls",
+        "migration": _migration_section(opts, f),
+        "int8_flop_share": round(int8_flop_share(f.src.layers, part.kept_float, f.src.meta), 4),
         "max_float": f.max_float,
         "trials": [{"keep_float": t.keep_float, **worst(t.metrics).as_dict(), "passed": t.passed(opts.gate)}
                    for t in part.trials],
@@ -523,10 +587,12 @@ def quantize(opts: QuantOptions, frames=None) -> QuantResult:
     big = bool(src.flops) and src.flops * len(qdata.native) * len(qdata.heldout) > HELDOUT_BUDGET_FLOP
     report_dir = opts.report_dir
     with Workspace(opts.fp32_model, opts.out.parent) as ws:
-        with phases.phase("quantise weights"):
-            ws.quantise_weights(layers, progress)
         with phases.phase("FP32: calibration pass and reference embeddings"):
             cal = calibration_phase(ws, layers, qdata, opts, progress)
+        with phases.phase("outlier migration (LayerNorm → GEMM)"):
+            migrations = smooth_phase(ws, layers, qdata, cal, opts, progress)
+        with phases.phase("quantise weights"):
+            ws.quantise_weights(layers, progress)
         text_ref, text_note = (
             crossmodal.find_reference(src.model_id or opts.fp32_model.stem, opts.text_model, opts.threads)
             if opts.text
@@ -561,7 +627,7 @@ def quantize(opts: QuantOptions, frames=None) -> QuantResult:
             elif opts.out.exists():
                 onnx_files.remove_model(opts.out)  # a stale model from an earlier passing run must not look current
     found = Found(src, qdata, cal, text_ref, text_note, evaluator, methods, rank, part, by_runtime, checks,
-                  max_float, int8_files)  # fmt: skip
+                  max_float, int8_files, migrations)  # fmt: skip
     return QuantResult(
         passed=part.passed, model=src.model_id or opts.fp32_model.stem, gate=opts.gate, worst=worst(part.metrics),
         kept_float=part.kept_float, layers=len(layers), int8_model=str(opts.out) if part.passed else None,

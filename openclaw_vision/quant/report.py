@@ -38,6 +38,7 @@ def markdown(r: dict) -> str:
         f"(limit {r['max_float']}): {', '.join(r['kept_float_labels']) or 'none — every weight layer is INT8'}.",
         "",
         *table(r, "layers kept float", [(str(t["keep_float"]), t, t["passed"]) for t in r["trials"]]),
+        *_migration_lines(r),
         "",
         "## Calibration methods (all layers INT8)",
         "",
@@ -99,6 +100,26 @@ def markdown(r: dict) -> str:
         " measured in fresh child processes, one at a time).",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _migration_lines(r: dict) -> list[str]:
+    """Each migrated layer with its alpha (quant/smooth.py), and the INT8 share of the GEMM FLOPs."""
+    mig = r.get("migration") or {}
+    lines = ["", f"GEMM FLOPs that run INT8: {100 * r.get('int8_flop_share', 1.0):.1f} %.", ""]
+    if not mig.get("on"):
+        return [*lines, "Outlier migration: off (--no-smooth)."]
+    lines += [
+        f"## Outlier migration (LayerNorm → GEMM): {mig['migrated']} of {mig['migratable']} activations migrated",
+        "",
+        "| layers | alpha | local cosine, plain | local cosine, migrated | factors |",
+        "|---|---|---|---|---|",
+    ]
+    for m in mig["layers"]:
+        fac = "—" if m["alpha"] is None else f"{m['min_factor']:.3g}–{m['max_factor']:.3g}"
+        alpha = "not migrated" if m["alpha"] is None else f"{m['alpha']}"
+        lines.append(f"| {', '.join(m['layers'])} | {alpha} | {m['local_cosine_plain']:.6f} | {m['local_cosine']:.6f}"
+                     f" | {fac} |")  # fmt: skip
+    return lines
 
 
 def _checks(r: dict) -> list[tuple[Check, float | None]]:

@@ -35,6 +35,7 @@ from .qdq import int8_name, quantise_weight
 log = logging.getLogger(__name__)
 
 INT8_DATA = "int8-weights.data"
+MIGRATED_DATA = "migrated-weights.data"
 
 
 def _link_or_copy(src: Path, dst: Path) -> str:
@@ -61,7 +62,7 @@ class Workspace:
     def quantise_weights(self, layers: list[Layer], progress=None) -> None:
         """Quantise every layer's weight once (per output channel), appending it to INT8_DATA."""
         wrap = progress or (lambda it, desc: it)
-        reader = onnx_files.TensorReader(self.graph, self.fp32_model.parent)
+        reader = self.reader()
         data = onnx_files.DataFile(self.dir / INT8_DATA)
         try:
             for layer in wrap(layers, "quantising weights (per channel)"):
@@ -73,6 +74,29 @@ class Workspace:
                 self._int8[name] = (qt, numpy_helper.from_array(scale, f"{name}_scale"))
         finally:
             data.close()
+
+    def reader(self) -> onnx_files.TensorReader:
+        """The current graph's FP32 initializers (the export's, linked in here, or migrated ones: smooth.py)."""
+        return onnx_files.TensorReader(self.graph, self.dir)
+
+    def replace(self, graph: onnx.ModelProto, tensors: list[onnx_files.Pending]) -> None:
+        """Make `graph` the workspace's FP32 graph, with `tensors` replacing its initializers of the same names:
+        written one at a time into MIGRATED_DATA when the weights live in data files, embedded otherwise.
+        Call before `quantise_weights` (the INT8 weights are quantised from this graph)."""
+        if self._int8:
+            raise RuntimeError("weights were already quantised from the previous graph")
+        new = {p.name: p for p in tensors}
+        external = bool(onnx_files.external_locations(graph))
+        data = onnx_files.DataFile(self.dir / MIGRATED_DATA) if external and new else None
+        try:
+            for i, init in enumerate(graph.graph.initializer):
+                if init.name in new:
+                    p = new[init.name]
+                    graph.graph.initializer[i].CopyFrom(data.add(p) if data else onnx_files.embedded(p))
+        finally:
+            if data:
+                data.close()
+        self.graph = graph
 
     def weights(self, layer: Layer) -> tuple[TensorProto, TensorProto]:
         """`qdq.WeightTensors`: the layer's INT8 weight (a reference into INT8_DATA) and its scales."""
