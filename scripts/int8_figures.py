@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""Real CLIP's outliers and INT8 (issue 35): profiles × {plain, ours, NNCF} × {cosine, zero-shot, INT8 share,
+latency}, measured side by side in one run, printed as JSON and markdown.
+
+    flock /tmp/openclaw-cpu.lock .venv/bin/python scripts/int8_figures.py --models ViT-B-32 [--frames 48]
+        [--profiles none clip-like ...] [--heldout 0] [--out /tmp/int8-figures] [--json figures.json]
+
+For each architecture and each outlier profile (quant/profiles.py; `none` is the random-init export):
+
+- plain: `quantize` with migration off, every GEMM INT8 (max_float 0), today's calibration (percentile);
+  written whatever its verdict (the gate's bounds relaxed for the write only) and judged here by the
+  real GateSpec, so its latency can be measured too;
+- ours: `quantize` as `openclaw-vision quantize` runs it (migration, sensitivity, partition);
+- NNCF: `nncf.quantize(model_type=TRANSFORMER)` (SmoothQuant on, matmul alpha 0.95: its default for
+  transformers, written out) on the same FP32 ONNX read by OpenVINO, with the same calibration tensors.
+
+All three are scored by the one scoring path (quant/evaluate.Evaluator) on OpenVINO, against the same
+FP32 reference embeddings of the same held-out frames (three camera resolutions) and the gate's label
+set through the base text tower (the profiles keep the base model id). Latency: OpenVINO encoders
+(the node's class), batch 1 and 8, interleaved round by round (stats.run_interleaved) with the FP32
+model and the architecture's own INT8 model without outliers (`none`, ours) in the same group, so
+every speed is a ratio measured side by side. nncf is a tools/bench extra, never imported at run time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+
+from openclaw_vision.gate import GateSpec
+from openclaw_vision.models import onnx_files
+from openclaw_vision.models.configs import canonical_name
+from openclaw_vision.models.export import export_model
+from openclaw_vision.preprocess.frame import Frame
+from openclaw_vision.quant import crossmodal, data, profiles
+from openclaw_vision.quant.evaluate import Evaluator, worst
+from openclaw_vision.quant.pipeline import QuantOptions, quantize
+from openclaw_vision.sample_frames import pan_frames
+from openclaw_vision.stats import Variant, first_call_s, run_interleaved
+
+log = logging.getLogger("int8_figures")
+#: bounds that let the plain model be written whatever it measures (it is judged by GateSpec() here)
+WRITE_ANYWAY = GateSpec(mean_cosine=-1.0, min_cosine=-1.0, nn_agreement=0.0, zero_shot_top1=0.0)
+
+
+def fp32_model(name: str, profile: str, folder: Path) -> Path:
+    path = folder / f"{name}.{profile}.fp32.onnx"
+    if not path.exists():
+        if profile == "none":
+            export_model(name, path)
+        else:
+            profiles.export_profile(name, profile, path)
+    return path
+
+
+def text_model(name: str, folder: Path) -> Path:
+    path = folder / f"{name}.text.fp32.onnx"
+    if not path.exists():
+        export_model(name, path, tower="text")
+    return path
+
+
+def nncf_model(fp32: Path, calib: np.ndarray, out: Path) -> Path:
+    """NNCF's INT8 OpenVINO IR of `fp32`, calibrated on exactly `calib` (the quantiser's calibration tensors)."""
+    import nncf
+    import openvino as ov
+    from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters, AdvancedSmoothQuantParameters
+
+    model = ov.Core().read_model(str(fp32))
+    dataset = nncf.Dataset([calib[i : i + 1] for i in range(len(calib))])
+    q = nncf.quantize(model, dataset, model_type=nncf.ModelType.TRANSFORMER, subset_size=len(calib),
+                      advanced_parameters=AdvancedQuantizationParameters(
+                          smooth_quant_alphas=AdvancedSmoothQuantParameters(matmul=0.95)))  # fmt: skip
+    ov.save_model(q, str(out))
+    return out
+
+
+def nncf_int8_share(xml: Path) -> float:
+    """Share of the weight GEMMs' K·N (tokens alike) whose activation input NNCF quantised (a FakeQuantize)."""
+    import openvino as ov
+
+    total = int8 = 0.0
+    for op in ov.Core().read_model(str(xml)).get_ordered_ops():
+        if op.get_type_name() != "MatMul":
+            continue
+        w = op.input_value(1).get_node()
+        if w.get_type_name() not in ("Multiply", "Constant", "Convert", "Subtract"):
+            continue  # two activations (QKᵀ, PV): not a weight GEMM
+        kn = float(np.prod(op.input_value(1).get_partial_shape().to_shape()))
+        total += kn
+        int8 += kn if op.input_value(0).get_node().get_type_name() == "FakeQuantize" else 0.0
+    return int8 / total if total else 0.0
+
+
+def latency(models: dict[str, Path], image_size: int, threads: int, budget_s: float) -> dict[str, dict[str, float]]:
+    """P50 ms of each model on OpenVINO at batch 1 and 8, all interleaved round by round (one group per batch)."""
+    from openclaw_vision.encoders.openvino import OpenVinoEncoder
+
+    encoders = {k: OpenVinoEncoder(p, threads) for k, p in models.items()}
+    rng = np.random.default_rng(0)
+    out: dict[str, dict[str, float]] = {k: {} for k in models}
+    for batch in (1, 8):
+        x = rng.standard_normal((batch, 3, image_size, image_size)).astype(np.float32)
+        variants = [Variant(k, lambda e=e, x=x: e.encode(x), batch) for k, e in encoders.items()]
+        first = first_call_s(variants)
+        rounds = 5
+        iters = int(np.clip(budget_s / rounds / max(sum(first.values()), 1e-3), 1, 20))
+        run_interleaved(variants, rounds, iters, warmup=1)
+        for v in variants:
+            out[v.name][f"b{batch}_ms"] = round(float(np.median(v.samples_ms)), 2)
+    return out
+
+
+def _metrics(rows: dict) -> dict:
+    w = worst(rows)
+    return {"mean_cosine": round(w.mean_cosine, 6), "min_cosine": round(w.min_cosine, 6),
+            "nn_agreement": round(w.nn_agreement, 4),
+            "zero_shot_top1": None if w.zero_shot_top1 is None else round(w.zero_shot_top1, 4),
+            "gate": w.passes(GateSpec())}  # fmt: skip
+
+
+def run_arch(name: str, profile_names: list[str], frames: list, args, folder: Path) -> list[dict]:
+    text = text_model(name, folder)
+    rows: list[dict] = []
+    base_ours: Path | None = None
+    for profile in ["none", *[p for p in profile_names if p != "none"]]:
+        t0 = time.perf_counter()
+        fp32 = fp32_model(name, profile, folder)
+        common = dict(calib=Path("<sample frames: pan>"), measure_memory=False, text_model=text,
+                      heldout_frames=args.heldout, calib_frames=args.calib_frames, sweep=args.sweep)  # fmt: skip
+        plain_path, ours_path = (
+            folder / f"{name}.{profile}.plain.int8.onnx",
+            folder / f"{name}.{profile}.ours.int8.onnx",
+        )
+        plain = quantize(QuantOptions(fp32, out=plain_path, smooth=False, max_float=0, sensitivity=False,
+                                      gate=WRITE_ANYWAY, **common), frames)  # fmt: skip
+        ours = quantize(QuantOptions(fp32, out=ours_path, **common), frames)
+        if profile == "none":
+            base_ours = ours_path
+        # the same frames, split and capped as quantize did them: the evaluator's held-out set and the calibration
+        image_size = int(onnx_files.read_metadata(fp32).get("image_size", 224))
+        caps = ours.sections["calibration"]["frame_caps"]
+        qdata = data.prepare(frames, image_size, "sample").capped(caps["calibration"], caps["heldout"])
+        heldout = {k: v.astype(np.float16).astype(np.float32) for k, v in qdata.heldout.items()}
+        text_ref, _ = crossmodal.find_reference(ours.model, text)
+        ev = Evaluator.from_model(fp32, heldout, text=text_ref)
+        nncf_path = nncf_model(fp32, qdata.calibration, folder / f"{name}.{profile}.nncf.int8.xml")
+        scored = {k: _metrics(ev.score(p, "openvino")) for k, p in
+                  (("plain", plain_path), ("ours", ours_path), ("nncf", nncf_path))}  # fmt: skip
+        lat_models = {"fp32": fp32, "plain": plain_path, "ours": ours_path, "nncf": nncf_path}
+        if profile != "none" and base_ours is not None:
+            lat_models["ours, no outliers"] = base_ours
+        lat = latency(lat_models, image_size, args.threads, args.latency_budget_s)
+        shares = {"plain": 1.0, "ours": ours.sections["int8_flop_share"], "nncf": round(nncf_int8_share(nncf_path), 4)}
+        base_b1 = lat.get("ours, no outliers", lat["ours"])["b1_ms"]  # `none`: its own INT8 is the baseline
+        for variant in ("plain", "ours", "nncf"):
+            row = {"model": name, "profile": profile, "variant": variant, **scored[variant],
+                   "int8_share": shares[variant], **lat[variant],
+                   "speed_vs_no_outliers": round(base_b1 / lat[variant]["b1_ms"], 3),
+                   "speed_vs_fp32": round(lat["fp32"]["b1_ms"] / lat[variant]["b1_ms"], 3),
+                   "latency_vs_nncf_b1": round(lat[variant]["b1_ms"] / lat["nncf"]["b1_ms"], 3),
+                   "latency_vs_nncf_b8": round(lat[variant]["b8_ms"] / lat["nncf"]["b8_ms"], 3)}  # fmt: skip
+            if variant == "ours":
+                row["gate_onnxruntime"] = ours.passed
+                row["kept_float"] = ours.sections["kept_float_labels"]
+                row["migrated"] = ours.sections["migration"]["migrated"]
+            if variant == "plain":
+                row["gate_onnxruntime"] = plain.worst.passes(GateSpec())
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        log.info("%s %s done in %.0f s", name, profile, time.perf_counter() - t0)
+    return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    head = ("| model | profile | variant | gate (OV) | mean cos | min cos | zero-shot | INT8 share | b1 ms | b8 ms |"
+            " speed vs no-outlier INT8 | latency vs NNCF b1 / b8 |")  # fmt: skip
+    lines = [head, "|" + "---|" * 12]
+    for r in rows:
+        zs = "—" if r["zero_shot_top1"] is None else f"{100 * r['zero_shot_top1']:.1f} %"
+        lines.append(f"| {r['model']} | {r['profile']} | {r['variant']} | {'pass' if r['gate'] else 'FAIL'} |"
+                     f" {r['mean_cosine']:.6f} | {r['min_cosine']:.6f} | {zs} | {100 * r['int8_share']:.1f} % |"
+                     f" {r['b1_ms']} | {r['b8_ms']} | {r['speed_vs_no_outliers']:.2f}x |"
+                     f" {r['latency_vs_nncf_b1']:.2f} / {r['latency_vs_nncf_b8']:.2f} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", nargs="+", default=["ViT-B-32"])
+    p.add_argument("--profiles", nargs="+", default=["none", *profiles.PROFILES])
+    p.add_argument("--frames", type=int, default=48, help="sample (pan) frames: 3 of 4 calibrate, 1 of 4 held out")
+    p.add_argument("--calib-frames", type=int, default=0)
+    p.add_argument("--heldout", type=int, default=0, help="held-out frames per resolution (0: all)")
+    p.add_argument("--sweep", default="auto", choices=("auto", "always", "never"))
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--latency-budget-s", type=float, default=12.0)
+    p.add_argument("--out", type=Path, default=Path("/tmp/int8-figures"))
+    p.add_argument("--json", type=Path, default=None)
+    args = p.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    frames = [Frame.from_rgb(f) for f in pan_frames(args.frames)]
+    rows = []
+    for name in args.models:
+        name = canonical_name(name)
+        folder = args.out / name
+        folder.mkdir(parents=True, exist_ok=True)
+        rows += run_arch(name, args.profiles, frames, args, folder)
+    print(json.dumps(rows, indent=1))
+    print(markdown(rows))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
