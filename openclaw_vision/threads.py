@@ -273,20 +273,37 @@ class StopSignals:
         self._set = False
         self._first_at = 0.0
         self._read, self._write = os.pipe()
+        os.set_blocking(self._read, False)
         os.set_blocking(self._write, False)
 
     def install(self) -> StopSignals:
+        """Our handlers for SIGINT and SIGTERM, and the pipe as Python's wakeup fd (main thread only)."""
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._on_signal)
+        signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
         return self
 
     def is_set(self) -> bool:
         return self._set
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Until a stop is asked for (True) or `timeout` seconds pass (False)."""
-        if not self._set:
-            select.select([self._read], [], [], timeout)
+        """Until a stop is asked for (True) or `timeout` seconds pass (False).
+
+        The pipe is also Python's wakeup fd: the interpreter's C-level handler writes to it on whichever
+        thread the kernel delivered the signal to. Python runs our handler only in the main thread, and
+        only when that thread runs Python code: a signal delivered to another thread (Cyclone DDS blocks
+        every signal in the thread creating its threads, pthread_sigmask around pthread_create, so one
+        that comes then goes to another thread) does not interrupt the main thread's wait, and without
+        this fd a wait with no timeout never ended (seen: the stop bench, a node just matched by a peer)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._set:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                break
+            ready, _, _ = select.select([self._read], [], [], left)
+            if ready:  # a wake-up: the handler runs at the loop's next turn (it sets the flag) or has run
+                with contextlib.suppress(BlockingIOError):
+                    os.read(self._read, 4096)
         return self._set
 
     def _wake(self) -> None:

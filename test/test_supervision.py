@@ -14,6 +14,7 @@ No test times anything: waits are for a state, with generous deadlines that only
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import threading
@@ -149,6 +150,35 @@ def test_the_first_signal_asks_for_a_stop_and_a_second_one_exits_at_once(first, 
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == code and "still running" not in out, (out, err)
     assert f"second signal (SIG{second}): exiting now" in err
+
+
+_OTHER_THREAD = """
+import signal, sys, threading
+from openclaw_vision.threads import stop_signals
+stop = stop_signals()
+idle = threading.Thread(target=threading.Event().wait, daemon=True)  # a thread with every signal unblocked
+idle.start()
+# The main thread blocks SIGTERM, as Cyclone DDS's thread creation does for a moment: the kernel delivers the
+# signal to the other thread, and nothing interrupts the main thread's wait.
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+print("waiting", flush=True)
+print("stopped" if stop.wait() else "not stopped", stop.reason, flush=True)  # no timeout, as the node waits
+"""
+
+
+def test_a_signal_delivered_to_another_thread_still_ends_the_wait():
+    """The encoder once ignored SIGTERM under load: the signal went to a thread other than the main one, whose
+    wait was then never interrupted (the stop bench saw it in 1 of 6 stops). The wait wakes on Python's
+    wakeup fd, which the interpreter writes on whichever thread the signal arrives."""
+    proc = subprocess.Popen([sys.executable, "-c", _OTHER_THREAD], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
+    assert proc.stdout.readline().strip() == "waiting"
+    proc.send_signal(signal.SIGTERM)
+    try:
+        out, err = proc.communicate(timeout=60)  # liveness: without the wakeup fd it waits forever
+    finally:
+        proc.kill()
+    assert out.strip() == "stopped SIGTERM" and proc.returncode == 0, (out, err)
 
 
 def test_a_node_whose_threads_keep_failing_makes_the_runner_stop_it_with_exit_code_1(tmp_path):
@@ -380,7 +410,6 @@ def test_a_model_that_never_finishes_loading_is_left_on_a_signal(tmp_path):
     """The stop while the model loads: the load blocks reading the model file (a FIFO nobody writes), the
     node gets SIGTERM and exits 0 at once, without waiting for the load (ros.runner.build_or_stop)."""
     import os
-    import signal
 
     from openclaw_vision import children
     from openclaw_vision.ros import dds_config
