@@ -37,7 +37,8 @@ PHASES = ("loading", "idle", "encoding")
 STOPS = {False: 50, True: 3}
 #: the goal: P99 of the stop time in every phase
 GOAL_P99_S = 2.0
-CAMERA, FEATURES = "/stopbench/image_raw", "/stopbench/visual_features"
+#: the player's camera 0 (cameras.topics: it publishes /cam<k>/image_raw)
+CAMERA, FEATURES = "/cam0/image_raw", "/cam0/visual_features"
 #: how long one node may take to reach its phase (liveness only: a start under the hog is slow)
 PHASE_TIMEOUT_S = 120.0
 HOG = "while True:\n    pass\n"
@@ -142,7 +143,9 @@ def run_stop(model: str, fp32: Path, quick: bool, out: Path, stops: int | None =
                 res = _phase(phase, n, model, fp32, work, lambda: encoded["n"])
             result["phases"][phase] = res
             print(f"stop, {phase}: {n} SIGTERMs beside {len(hogs)} CPU hogs: P50 {res['p50_s']:.3f} s, P99 "
-                  f"{res['p99_s']:.3f} s, max {res['max_s']:.3f} s, exit codes {res['exit_codes']} "
+                  f"{res['p99_s']:.3f} s, max {res['max_s']:.3f} s, exit codes {res['exit_codes']}"
+                  + (f", {res['signalled_while_loading']} of them while it loaded" if phase == "loading" else "")
+                  + " "
                   f"(goal P99 <= {GOAL_P99_S:g} s: {'met' if res['met'] else 'MISSED'})", flush=True)  # fmt: skip
     finally:
         t.close()
