@@ -279,6 +279,43 @@ def test_a_server_killed_mid_stream_fails_frames_visibly_and_the_node_recovers(t
         test_t.close()
 
 
+@pytest.mark.dds
+def test_a_node_whose_server_hangs_mid_encode_still_stops_with_every_frame_counted(server, tiny_model, dds_domain):
+    """The stop with the remote backend gone: the server's processes are frozen (SIGSTOP: it takes the
+    connection and never answers), a frame's encode is waiting on it, and the node is stopped. The stop
+    ends (the call gives up at triton_timeout), no thread is left running, the frame counts as failed."""
+    import signal
+
+    from openclaw_vision.ros.cyclone import CycloneTransport
+
+    srv, port = server
+    test_t = CycloneTransport("test_hung_server")
+    node, node_t = start_node(tiny_model, port, "encoder_hung", triton_timeout=1.0)
+    frozen = stopped = False
+    try:
+        cam = Camera(test_t, "/camera/image_raw")
+        wait_until(lambda: cam.pub.matched() == 1, what="the node subscribed")
+        cam.send()
+        wait_until(lambda: accounted(node) == 1, timeout=60, what="the first frame")
+        srv.child.send(signal.SIGSTOP)
+        frozen = True
+        cam.send()
+        wait_until(lambda: node.stats()["received"] == 2, timeout=60, what="the second frame received")
+        node.stop()  # its encode is waiting on the frozen server
+        stopped = True
+        assert node.supervisor.alive() == []
+        st = node.stats()
+        assert st["received"] == 2 == st["encoded"] + st["failed"] + st["dropped"] + st["rejected"], st
+        assert st["thread_failures"] == 0, st
+    finally:
+        if frozen:
+            srv.child.send(signal.SIGCONT)
+        if not stopped:
+            node.stop()
+        node_t.close()
+        test_t.close()
+
+
 def _triton_values(msgs, status_values, name) -> dict:
     """The node status of the latest /diagnostics message that carries the server's state."""
     for m in reversed(msgs):
