@@ -66,3 +66,14 @@ def test_a_params_file_without_the_node_section_is_an_error(tmp_path):
     f.write_text("other_node:\n  ros__parameters: {}\n")
     with pytest.raises(ConfigError, match="no 'encoder_node: ros__parameters:' section"):
         from_sources(f, "encoder_node", {})
+
+
+def test_precision_fp16_is_refused_at_parse_time_naming_the_choices(tmp_path):
+    """No tool writes an fp16 model file, so a node given precision fp16 used to die at start looking for
+    `<model>.fp16.onnx`; now the configuration refuses it (flag, parameters file or ROS parameter alike)."""
+    with pytest.raises(ConfigError, match=r"parameter precision='fp16': choose one of fp32, int8"):
+        EncoderConfig(precision="fp16").validate()
+    params = tmp_path / "encoder.yaml"
+    params.write_text("encoder_node:\n  ros__parameters:\n    precision: fp16\n")
+    with pytest.raises(ConfigError, match="choose one of fp32, int8"):
+        from_sources(params, "encoder_node", {}, EncoderConfig)
