@@ -186,9 +186,9 @@ class EncoderConfig(NodeConfig):
         "", "ONNX file; empty: ~/.cache/openclaw_vision/models/<model>[-<output_dim>].<precision>.onnx"
     )  # fmt: skip
     backend: str = param("auto", "inference backend; auto: the GPU when one is usable", choices=backends.choices())
-    # fp16 is refused here, by name (issue 34): no tool writes an fp16 model file. On a GPU, TensorRT's INT8
-    # engine already falls back to fp16 per layer (engine_cache typing int8+fp16) and the torch CUDA encoder
-    # computes in fp16 from the fp32 file; on these CPUs fp16 is no faster than fp32.
+    # fp16 is refused here, by name (issue 34): no tool writes an fp16 model file. On a GPU, TensorRT 10 builds
+    # the INT8 engine with fp16 allowed for its float layers (engine_cache: typing int8+fp16, its default
+    # there) and the torch CUDA encoder computes in fp16 from the fp32 file.
     precision: str = param(
         "int8", "int8: the gated Q/DQ model (openclaw-vision quantize); fp32 on request", choices=PRECISIONS
     )  # fmt: skip
