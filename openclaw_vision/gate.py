@@ -74,6 +74,25 @@ class Metrics:
         return {k: round(v, 7) for k, v in asdict(self).items() if v is not None}
 
 
+#: The gate's distribution-shift row: held-out frames from another source than the calibration frames
+#: (quant/shift.py), held to the same bounds as the native rows (it is one of the rows `worst` takes).
+SHIFT_ROW = "shift"
+
+
+def shift_gap(rows: Mapping[str, Metrics], native: str, shifted: str = SHIFT_ROW) -> dict[str, float] | None:
+    """How much worse the shift row is than the native row (positive: worse on the other source), per
+    higher-is-better metric and for KL; None when either row is missing. Reported beside the verdict: a large
+    gap says the calibration frames do not cover what the model will see."""
+    if native not in rows or shifted not in rows:
+        return None
+    a, b = rows[native], rows[shifted]
+    out = {k: round(getattr(a, k) - getattr(b, k), 7) for k in ("mean_cosine", "min_cosine", "nn_agreement")}
+    if a.zero_shot_top1 is not None and b.zero_shot_top1 is not None:
+        out["zero_shot_top1"] = round(a.zero_shot_top1 - b.zero_shot_top1, 7)
+    out["kl"] = float(f"{b.kl - a.kl:.4g}")
+    return out
+
+
 #: Metrics where a smaller value is better (the gate takes their maximum over rows).
 LOWER_IS_BETTER = frozenset({"kl", "collapse", "zero_shot_kl"})
 

@@ -90,7 +90,7 @@ def test_int8_gate_is_measured_on_each_runtime_and_written_into_the_model(tiny_i
     assert set(rows) == {"onnxruntime", "openvino"}
     # the ONNX Runtime row re-measures, through the node's encoder, the gate the partition passed
     assert rows["onnxruntime"]["mean_cosine"] == pytest.approx(report["mean_cosine"], abs=1e-6)
-    assert set(rows["openvino"]["per_resolution"]) == {"1920x1080", "1280x720", "854x480"}
+    assert set(rows["openvino"]["per_resolution"]) == {"1920x1080", "1280x720", "854x480", "shift"}
     meta = {p.key: p.value for p in onnx.load(str(path)).metadata_props}
     stamped = json.loads(meta["quant_gate_runtimes"])
     assert {rt: r["passed"] for rt, r in stamped.items()} == {rt: r["passed"] for rt, r in rows.items()}

@@ -254,7 +254,8 @@ def test_quantize_command_writes_a_gated_model_and_its_report(tiny_model, sample
     r = json.loads((report / "report.json").read_text())
     assert set(r) >= REPORT_KEYS and r["passed"] is True
     assert r["mean_cosine"] >= 0.999 and r["min_cosine"] >= 0.995 and r["nn_agreement"] >= 0.99
-    assert set(r["per_resolution"]) == {"1920x1080", "1280x720", "854x480"}
+    assert set(r["per_resolution"]) == {"1920x1080", "1280x720", "854x480", "shift"}  # + the shift row (quant/shift.py)
+    assert r["shift"]["frames"] > 0 and set(r["shift"]["gap_vs_native"]) >= {"mean_cosine", "min_cosine"}
     assert r["size_mb"]["int8"] < r["size_mb"]["fp32"] / 2
     assert len(r["sensitivity"]) == 10 and {s["role"] for s in r["sensitivity"]} >= {"qkv", "mlp_fc", "proj"}
     assert r["memory"]["int8"]["peak_rss_mb"] > 0 and r["collapse"]["image"] >= 0

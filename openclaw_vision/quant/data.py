@@ -141,8 +141,9 @@ class QuantData:
     """Preprocessed tensors: calibration frames and held-out sets per gate resolution (224² each: small)."""
 
     calibration: np.ndarray  # (N, 3, S, S)
-    heldout: dict[str, np.ndarray]  # "1920x1080" -> (M, 3, S, S)
+    heldout: dict[str, np.ndarray]  # "1920x1080" -> (M, 3, S, S); also gate.SHIFT_ROW (quant/shift.py)
     source: str
+    shift_source: str = ""  # where the shift row's frames come from ("": no shift row)
 
     @property
     def calibration_frames(self) -> int:
@@ -156,7 +157,10 @@ class QuantData:
     def capped(self, calibration: int, heldout: int) -> QuantData:
         """At most `calibration` / `heldout` frames (0: all), spread evenly over each set."""
         return QuantData(
-            spread(self.calibration, calibration), {k: spread(v, heldout) for k, v in self.heldout.items()}, self.source
+            spread(self.calibration, calibration),
+            {k: spread(v, heldout) for k, v in self.heldout.items()},
+            self.source,
+            self.shift_source,
         )
 
     def batches(self, batch: int) -> Iterator[np.ndarray]:

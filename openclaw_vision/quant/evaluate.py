@@ -97,7 +97,10 @@ class Evaluator:
 
         run = embedder(runtime, model, self.threads)
         todo = [r for r in self.rows if rows is None or r.name in rows]
-        return {r.name: compare(run(self.heldout[r.resolution]), self.reference[r.resolution], self.text) for r in todo}
+        # the shift row (quant/shift.py) is held to the image-embedding bounds only: the gate's label set is the
+        # calibration camera's world, and out-of-domain frames on it are near-ties a single INT8 rounding decides
+        return {r.name: compare(run(self.heldout[r.resolution]), self.reference[r.resolution],
+                                None if r.resolution == gate.SHIFT_ROW else self.text) for r in todo}  # fmt: skip
 
     def gate_rows(self, model, rows: list[str] | None = None) -> dict[str, Metrics]:
         """What the partition judges: every row on each of `self.runtimes` (rows of the first runtime keep

@@ -45,7 +45,7 @@ from ..models import onnx_files
 from ..ortsession import session
 from ..phases import PhaseLog
 from ..stats import Variant, first_call_s, run_interleaved
-from . import calibrate, crossmodal, data, memory, partition, sensitivity, smooth
+from . import calibrate, crossmodal, data, memory, partition, sensitivity, shift, smooth
 from .evaluate import Evaluator, embed, worst
 from .graph import quantisable_layers
 from .qdq import SCHEMES, build_probe_model, build_qdq_model, build_switch_model
@@ -111,6 +111,8 @@ class QuantOptions:
     report: Path | None = None  # the report folder (the re-gate set goes there); None: `report_dir`'s default
     partition_runtimes: tuple[str, ...] = ("onnxruntime",)  # the runtimes the partition's gate scores on
     smooth: bool = True  # outlier migration into the LayerNorms before INT8 (smooth.py); False: the plain path
+    shift: Path | None = None  # the gate's distribution-shift row: another bag or image folder (None: shift.scenes)
+    shift_frames: int = 16  # frames of the shift row (0: no shift row)
 
     @property
     def report_dir(self) -> Path:
@@ -292,7 +294,8 @@ class Ranking:
 def sensitivity_phase(ws, layers, qdata, cal: Calibration, evaluator, opts, probe_n, needed, phases, progress):
     """Local SQNR in one pass and, where affordable, the end-to-end sweep, whose ranking then wins."""
     rank = Ranking([layer.node for layer in layers])
-    rank.sweep_cost = len(layers) * min(sensitivity.SWEEP_FRAMES, len(qdata.native)) * cal.fp32_s_per_image * 1.5
+    rows = 2 if gate.SHIFT_ROW in qdata.heldout else 1
+    rank.sweep_cost = rows * len(layers) * min(sensitivity.SWEEP_FRAMES, len(qdata.native)) * cal.fp32_s_per_image * 1.5
     run_sweep = opts.sweep == "always" or (opts.sweep == "auto" and rank.sweep_cost <= opts.sweep_budget_s)
     if not needed:
         return rank
@@ -309,8 +312,11 @@ def sensitivity_phase(ws, layers, qdata, cal: Calibration, evaluator, opts, prob
     if run_sweep:
         with phases.phase("sensitivity, end-to-end sweep"):
             switch = build_switch_model(ws.graph, layers, ranges, opts.scheme, ws.weights)
-            native = next(iter(qdata.heldout))
-            rank.sweep = sensitivity.sweep(layers, ws.write(switch, "switch"), evaluator, native, progress)
+            path = ws.write(switch, "switch")
+            rows = [next(iter(qdata.heldout))] + ([gate.SHIFT_ROW] if gate.SHIFT_ROW in qdata.heldout else [])
+            # the shift row too: a layer whose range only the calibration source's frames fit must rank high
+            runs = [sensitivity.sweep(layers, path, evaluator, row, progress) for row in rows]
+            rank.sweep = sensitivity.worst_per_layer(*runs)
             rank.order = sensitivity.ranking(rank.sweep)
     return rank
 
@@ -438,6 +444,9 @@ def _gate_sections(opts: QuantOptions, f: Found) -> dict:
         },
         "per_resolution": {res: m.as_dict() for res, m in f.part.metrics.items()},
         "gate_by_runtime": f.by_runtime,
+        "shift": {"row": gate.SHIFT_ROW, "source": f.qdata.shift_source,
+                  "frames": len(f.qdata.heldout.get(gate.SHIFT_ROW, ())),
+                  "gap_vs_native": gate.shift_gap(f.part.metrics, next(iter(f.qdata.heldout)))},
         "regate": {"set": gate.REGATE_SET, "frames_per_row": REGATE_FRAMES,
                    "note": "held-out pixels (float16) and FP32 references: a runtime re-gates here on another ISA"},
     }  # fmt: skip
@@ -566,6 +575,9 @@ def read_phase(opts: QuantOptions, src: Source, frames, progress) -> data.QuantD
     image_size = int(src.meta.get("image_size", 224))
     qdata = data.prepare(frames, image_size, str(opts.calib), opts.holdout_every, progress=progress)
     qdata = qdata.capped(src.calib_cap, src.held_cap)
+    if opts.shift_frames:  # another source than the calibration frames, held to the same bounds (quant/shift.py)
+        qdata.shift_source, x = shift.heldout(opts.shift, opts.shift_frames, image_size)
+        qdata.heldout[gate.SHIFT_ROW] = data.spread(x, src.held_cap)
     qdata.heldout = {k: v.astype(np.float16).astype(np.float32) for k, v in qdata.heldout.items()}
     return qdata
 

@@ -74,6 +74,12 @@ def sweep(
     return out
 
 
+def worst_per_layer(*runs: list[LayerSensitivity]) -> list[LayerSensitivity]:
+    """Layer by layer, the run where the layer did more damage (sweeps of the same layers on several rows:
+    the native one and the shift row, whose frames the calibration never saw)."""
+    return [min(same, key=lambda r: (r.metrics.mean_cosine, -r.metrics.kl)) for same in zip(*runs, strict=True)]
+
+
 def ranking(results: list[LayerSensitivity]) -> list[str]:
     """Node names, most damaging first (KL breaks ties)."""
     return [r.layer.node for r in sorted(results, key=lambda r: (r.damage, r.metrics.kl), reverse=True)]

@@ -44,8 +44,10 @@ ALPHAS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 ROWS = 1024
 #: Output columns the choice scores (a spread subset of wider GEMMs: the cosine estimate, not the result).
 MAX_COLUMNS = 1024
-#: A migration must beat "not migrated" by this much local cosine to be taken (no churn on clean layers).
-MIN_GAIN = 1e-5
+#: A migration must cut the layer's local error (1 − cosine) by this share to be taken: on a layer without
+#: outliers it moves range into the weights for nothing (the tiny random tower: alpha 0.9 everywhere, the
+#: same end-to-end cosine, and one more zero-shot near-tie flipped).
+MIN_GAIN = 0.25
 
 
 @dataclass(frozen=True)
@@ -151,8 +153,10 @@ def choose(group: Group, stats: TensorStats, weights: list[np.ndarray], scheme: 
     for alpha in ALPHAS:
         s = factors(stats.channel_absmax, w_absmax, alpha)
         cos = local_cosine(x, cols, s, scheme)
-        if cos > best.cosine + (MIN_GAIN if best.alpha is None else 0.0):
+        if cos > best.cosine:
             best = Migration(group, alpha, plain, cos, s)
+    if best.alpha is not None and 1.0 - best.cosine > (1.0 - MIN_GAIN) * (1.0 - plain):
+        return Migration(group, None, plain, plain)
     return best
 
 
