@@ -133,6 +133,57 @@ def test_overload_bench_prints_its_figures_and_accounts_for_every_frame(tiny_mod
         assert cam["received"] == cam["encoded"] + cam["dropped"] and cam["encoded"] > 0, cam
 
 
+def test_soak_bench_restarts_the_player_and_every_count_adds_up(tiny_model, home_with_text_tower, tmp_path,
+                                                                 dds_domain):  # fmt: skip
+    """`bench --mode soak --quick --soak-seconds 20` on the tiny model: the four nodes run beside the CPU hogs,
+    the player is started more than once, the bench's subscription comes and goes, and the accounting the
+    soak reports adds up (sent vs received, each node's counts, no unreported thread death, exit 0 on
+    SIGTERM). How long anything took, and the RSS slope over 20 s, are the bench's to report, not this test's."""
+    out = tmp_path / "bench"
+    res = subprocess.run(
+        [sys.executable, "-m", "openclaw_vision.cli", "bench", "--mode", "soak", "--quick", "--soak-seconds", "20",
+         "--model", "tiny", "--model-path", str(tiny_model), "--out", str(out)],
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:] + res.stdout[-2000:]
+    for words in ("soak frames: players sent", "soak memory: received", "soak RSS vlm:", "soak stop encoder:"):
+        assert words in res.stdout, res.stdout[-3000:]
+    soak = json.loads((out / "bench.json").read_text())["soak"]
+    assert soak["players"] >= 2 and set(soak["player_exits"]) == {"exit 0"} and soak["hogs"] >= 1
+    f = soak["frames"]
+    assert f["sent"] >= f["received"] > 0 and f["lost"] == f["sent"] - f["received"]
+    assert f["received"] == f["encoded"] + f["dropped"] + f["rejected"] + f["failed"]
+    ft = soak["features"]
+    assert 0 < ft["memory_received"] <= ft["published"] == f["encoded"] and ft["labels_received"] <= ft["published"]
+    assert ft["bench_subscriptions"] >= 2 and sum(ft["bench_received"]) > 0
+    m = soak["memory"]
+    assert m["received"] == m["written"] + m["skipped"] + m["dropped"] + m["rejected"] + m["refused"] + m["pending"]
+    assert m["rows"] == m["written"] > 0
+    p = soak["prompts"]
+    assert 0 < p["prompts"] <= p["sent"]
+    assert p["prompts"] == p["answered"] + p["failed"] + p["rejected"] + p["unanswered"]
+    for name, d in soak["threads"].items():
+        assert d["unreported"] == 0 and d["thread_failures"] is not None, (name, d)
+    for name, s in soak["stop"].items():
+        assert s["exit_code"] == 0 and s["seconds"] is not None, (name, s)
+        assert soak["rss"][name]["growth_mb_per_h"] is not None, name
+    assert [g["met"] for g in soak["goals"]][:2] == [True, True], soak["goals"]
+
+
+def test_the_soak_counts_a_thread_death_missing_from_the_log_or_the_counts():
+    """The unreported-death check: a supervised failure in both the count and the log is reported; one in only
+    one of them, or a traceback no supervisor line explains, is not."""
+    from openclaw_vision.bench.soak import thread_deaths
+
+    supervised = "ERROR: thread worker failed (restarting in 0.5 s): boom\nTraceback (most recent call last):\n  x\n"
+    stray = "Traceback (most recent call last):\n  File ...\nValueError\n"
+    assert thread_deaths(supervised, 1)["unreported"] == 0
+    assert thread_deaths(supervised, 0)["unreported"] == 1  # logged, not counted
+    assert thread_deaths("", 1)["unreported"] == 1  # counted, not logged
+    assert thread_deaths(supervised + stray, 1)["unreported"] == 1  # a thread that died outside the supervisor
+    assert thread_deaths(supervised, None)["unreported"] == 1  # counted nowhere
+
+
 @pytest.mark.vlm
 def test_vlm_bench_writes_the_variants_and_top_level_metrics(tmp_path):
     res = subprocess.run(

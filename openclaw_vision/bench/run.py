@@ -13,7 +13,8 @@ from . import report
 from .harness import host_info, versions
 
 #: "all" = the encoder modes; the others alone
-MODES = ("stages", "node", "roofline", "all", "vlm", "cameras", "capacity", "triton", "memory", "overload", "stop")
+MODES = ("stages", "node", "roofline", "all", "vlm", "cameras", "capacity", "triton", "memory", "overload", "stop",
+         "soak")  # fmt: skip
 
 
 def run_bench(args: argparse.Namespace) -> dict:
@@ -100,6 +101,16 @@ def run_bench(args: argparse.Namespace) -> dict:
         fp32 = Path(ensure_fp32(args.model, args.model_path))
         result["stop"] = run_stop(args.model, fp32, args.quick, args.out, args.stops)
         result["precision"], result["backend"] = "fp32", "onnxruntime"
+    if "soak" in modes:
+        from ..text.build import ensure_text_fp32
+        from .soak import MODEL, run_soak
+
+        args.model = canonical_name(args.model if args.model_path else MODEL)  # the tiny model unless one is given
+        fp32 = Path(ensure_fp32(args.model, args.model_path))
+        text = ensure_text_fp32(args.model)  # the labels node's text tower, same model id as the features
+        result["soak"] = run_soak(args.model, fp32, text, args.quick, args.out, args.soak_seconds)
+        result["model"], result["precision"] = args.model, "fp32"
+        result["backend"] = "onnxruntime (encoder, labels), numpy (VLM)"
     if "memory" in modes:
         from .memory import run_memory
 
@@ -150,6 +161,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory-rows", type=lambda s: tuple(int(n) for n in s.split(",")), default=None,
                    help="memory mode: row counts (default 10000,100000,1000000; --quick: 10000)")  # fmt: skip
     p.add_argument("--stops", type=int, default=None, help="stop mode: SIGTERMs per phase (default 50, quick 3)")
+    p.add_argument("--soak-seconds", type=float, default=None,
+                   help="soak mode: seconds of the run (default 600, quick 60); on the tiny model unless "
+                   "--model-path")  # fmt: skip
     p.add_argument("--out", type=Path, default=Path("out/bench"), help="folder for bench.json, bench.md and plots")
     p.add_argument("--json", type=Path, default=None, help="also write the JSON here")
 
