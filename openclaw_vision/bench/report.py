@@ -89,6 +89,8 @@ def goals(result: dict) -> list[dict]:
     out += result.get("cameras", {}).get("goals", [])
     out += result.get("memory", {}).get("goals", [])
     out += result.get("capacity", {}).get("goals", [])
+    out += result.get("soak", {}).get("goals", [])
+    out += result.get("stop", {}).get("goals", [])
     node = result.get("node")
     if node and node.get("e2e_p99_over_compute_p99") is not None:
         r = node["e2e_p99_over_compute_p99"]

@@ -29,6 +29,7 @@ from typing import Any
 
 from .. import bags, children
 from ..stats import percentiles
+from .goals import row
 
 log = logging.getLogger(__name__)
 
@@ -151,4 +152,9 @@ def run_stop(model: str, fp32: Path, quick: bool, out: Path, stops: int | None =
         t.close()
         for hog in hogs:
             hog.stop()
+    result["goals"] = [
+        row(f"stop on SIGTERM while {phase}: P99 <= {GOAL_P99_S:g} s, exit 0 ({res['stops']} stops, CPU hogs beside)",
+            f"P99 {res['p99_s']:.3f} s, exit codes {res['exit_codes']}", res["met"])
+        for phase, res in result["phases"].items()
+    ]  # fmt: skip
     return result

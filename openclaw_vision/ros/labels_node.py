@@ -177,6 +177,7 @@ class LabelsNode:
             "template": current.template,
             "logit_scale": current.logit_scale,
             "transport": self.transport.name,
+            "thread_failures": self.supervisor.failures(),
         }
 
     def publish_diagnostics(self) -> None:
@@ -184,7 +185,7 @@ class LabelsNode:
         values = {k: st[k] for k in (*COUNTS, "model", "template", "logit_scale", "transport")}
         values["labels"] = ",".join(st["labels"])
         values.update(stage_values(st["stages_ms"]))
-        values["thread_failures"] = self.supervisor.failures()
+        values["thread_failures"] = st["thread_failures"]
         fault = self.supervisor.recent_fault()
         if fault:
             level, text = ERROR, fault
