@@ -304,6 +304,10 @@ def sensitivity_phase(ws, layers, qdata, cal: Calibration, evaluator, opts, prob
         probe = build_probe_model(ws.graph, layers, ranges, opts.scheme, weights=ws.weights)
         probe_sess = session(ws.write(probe, "probe"), opts.threads, quiet=True)
         probe_x = data.spread(qdata.calibration, probe_n)
+        if gate.SHIFT_ROW in qdata.heldout:  # as the sweep: a layer whose range only the calibration source's
+            # frames fit must rank high, also where the sweep is too dear to run (the big towers)
+            shifted = qdata.heldout[gate.SHIFT_ROW]
+            probe_x = np.concatenate([probe_x, data.spread(shifted, max(1, min(len(shifted), probe_n // 2)))])
         # one image per run: ONNX Runtime schedules the probe branches late, so a run holds
         # nearly every activation of the network at once (ViT-L-14: +1.7 GB at batch 4, +0.4 GB at 1)
         rank.local = sensitivity.local(layers, probe_sess, (probe_x[i : i + 1] for i in range(len(probe_x))))
