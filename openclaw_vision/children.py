@@ -185,18 +185,20 @@ class Child:
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
 
-    def wait_for_line(self, prefix: str, timeout: float) -> str:
+    def wait_for_line(self, prefix: str, timeout: float, anywhere: bool = False, poll: float = 0.1) -> str:
         """The first line of the log that starts with `prefix` (stripped: a child's "ready" or URL line, printed
-        with flush), or "" once the child has exited or `timeout` seconds passed without one. The log is
+        with flush; `anywhere`: that holds it, as a logger's line after its timestamp), or "" once the child
+        has exited or `timeout` seconds passed without one, looked for every `poll` seconds. The log is
         polled, not a pipe read by a thread: one CI run saw a server log that it was serving and then no URL
         reach a pipe reader in 116 s, and a file the child writes and this process reads leaves nothing
         between the two to hold a line back (nor a pipe that fills when nobody reads it any more)."""
         deadline = time.monotonic() + timeout
+        found = (lambda ln: prefix in ln) if anywhere else (lambda ln: ln.startswith(prefix))
         while True:
-            line = next((ln.strip() for ln in self.log_text().splitlines() if ln.startswith(prefix)), "")
+            line = next((ln.strip() for ln in self.log_text().splitlines() if found(ln)), "")
             if line or not self.alive() or time.monotonic() > deadline:
                 return line
-            time.sleep(0.1)
+            time.sleep(poll)
 
     def __enter__(self) -> Child:
         return self

@@ -507,10 +507,7 @@ def test_a_signal_mid_encode_stops_the_node_with_exit_0_and_its_final_counts_log
 def test_a_signal_during_discovery_stops_the_node_with_exit_0(sig, tiny_model, tmp_path):
     """The node is up on DDS with nobody to match (no camera, no listener): the signal still ends it, 0."""
     with _node(tmp_path, model=tiny_model) as node:
-        deadline = time.monotonic() + 120  # liveness only
-        while "INFO: ready: " not in node.log_text():
-            assert node.alive() and time.monotonic() < deadline, node.log_text()[-2000:]
-            time.sleep(0.05)
+        assert node.wait_for_line("INFO: ready: ", 120, anywhere=True), node.log_text()[-2000:]  # liveness only
         node.proc.send_signal(sig)
         assert node.proc.wait(timeout=60) == 0, node.log_text()[-2000:]
     assert _stopped_counts(node.log_text())["received"] == 0

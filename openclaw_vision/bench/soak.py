@@ -162,12 +162,9 @@ def _nodes(model: str, fp32: Path, text: Path, work: Path) -> dict[str, Any]:
 
 
 def _wait_ready(nodes: dict[str, Any]) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
     for name, node in nodes.items():
-        while "INFO: ready: " not in node.log_text():
-            if not node.alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"soak: the {name} node never got ready ({node.how}): {node.log_text()[-1500:]}")
-            time.sleep(0.1)
+        if not node.wait_for_line("INFO: ready: ", READY_TIMEOUT_S, anywhere=True):
+            raise RuntimeError(f"soak: the {name} node never got ready ({node.how}): {node.log_text()[-1500:]}")
 
 
 def growth_mb_per_h(samples: list[tuple[float, float]], warmup_s: float) -> float | None:

@@ -460,6 +460,7 @@ class EncoderNode:
     def health(self, st: dict[str, Any]) -> str:
         """Why the node is not working ('' when it is): a thread that failed lately, or a stall (frames
         arriving and none encoded for watchdog_period). Checked at the diagnostics cadence."""
+        self.watchdog.period = self.cfg.watchdog_period
         stalled = self.watchdog.check(st["received"] - st["rejected"], st["encoded"] + st["failed"])
         if stalled:
             return f"stalled: frames arriving and none encoded for {stalled:.0f} s"
@@ -468,7 +469,6 @@ class EncoderNode:
     def publish_diagnostics(self) -> None:
         st = self.stats()
         values = self.diagnostics_values(st)
-        self.watchdog.period = self.cfg.watchdog_period
         per_camera = []
         for key, cam in st["cameras"].items():
             cv = {k: cam[k] for k in (*COUNTS, *UNSEEN, "features_topic")}
