@@ -40,9 +40,12 @@ LLAMACPP_CMAKE_ARGS := -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_T
 # features and a hash of what decides the code compiled (every target macro the compiler defines for
 # -march=native with these flags, and the CMake arguments), never in pip's shared wheel cache: a wheel
 # is only installed on the kind of CPU, and with the flags, it was built for; new flags, new wheel.
-LLAMACPP_ISA := $(shell grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -xE 'avx2|fma|f16c|avx512f|avx512bw|avx512vl|avx512_vnni|avx512_bf16|avx_vnni|amx_int8|amx_bf16' | sort | tr '\n' '-')
+# The CPU's features are openclaw_vision/cpu.py's (the one reader of /proc/cpuinfo, as the llama.cpp
+# probe keys its verdicts): standard library only, run from the checkout with the system Python, so
+# it answers before the venv or the package exists.
+LLAMACPP_ISA := $(shell $(PYTHON) -m openclaw_vision.cpu --vector-features)
 LLAMACPP_KEY := $(shell (echo | cc -march=native $(LLAMACPP_NO_AMX) -dM -E - | grep -E '^\#define __[A-Z0-9_]+__ 1$$' | sort; echo "$(LLAMACPP_REQ) $(LLAMACPP_CMAKE_ARGS)") | sha1sum | cut -c1-10)
-LLAMACPP_WHEELS := $(HOME)/.cache/openclaw-vision/llamacpp-wheels/$(LLAMACPP_ISA)$(LLAMACPP_KEY)
+LLAMACPP_WHEELS := $(HOME)/.cache/openclaw-vision/llamacpp-wheels/$(LLAMACPP_ISA)-$(LLAMACPP_KEY)
 LLAMACPP_STAMP := $(VENV)/.llamacpp-$(LLAMACPP_KEY)
 
 # `openclaw-vision serve` runs PyTriton in a venv of its own: its release pins numpy<2 (and returns

@@ -4,7 +4,12 @@ These machines change between AVX2-only EPYCs, AVX-512 VNNI Xeons/EPYCs and AMX 
 change moved something: INT8 runtimes round a Q/DQ model differently per ISA (OpenVINO's oneDNN
 kernels under AVX2 gave a lower cosine than under VNNI), llama.cpp's AMX path crashed. So an INT8
 verdict is stamped with the ISA class it was measured on (`isa_class`), and a native build is cached
-per feature set (`vector_features`). One reading of /proc/cpuinfo for the whole package.
+per feature set (`vector_features`). One reading of /proc/cpuinfo for the whole package: the bench's
+host record, the ladder and the Makefile ask this module too.
+
+It runs on its own as well, standard library only, so the Makefile can ask it with the system
+Python before the venv (or the package) exists: `python3 -m openclaw_vision.cpu --vector-features`
+from the checkout names the folder the llama.cpp wheel for this CPU kind is cached in.
 
 oneDNN (OpenVINO's CPU kernels) can be held below the CPU's ISA with `ONEDNN_MAX_CPU_ISA`; a
 runtime that honours it runs at `effective_class(onednn=True)`, the lower of the two.
@@ -12,8 +17,10 @@ runtime that honours it runs at `effective_class(onednn=True)`, the lower of the
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
+import sys
 from functools import lru_cache
 
 #: ISA classes that change INT8 arithmetic, lowest first (AVX2: 16-bit pair sums; VNNI: int8 dot
@@ -111,3 +118,18 @@ def onednn_forcible() -> list[tuple[str, str]]:
     """(ONEDNN_MAX_CPU_ISA value, class) this CPU can be held to: AVX2 always on x86-64 with AVX2,
     AVX512_CORE_VNNI with VNNI, AVX512_CORE_AMX with AMX."""
     return [(value, ONEDNN_ISAS[value]) for value, flag in ONEDNN_FORCIBLE if flag in flags()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print one fact about this CPU: for shell callers (the Makefile) that must not parse /proc/cpuinfo again."""
+    parser = argparse.ArgumentParser(prog="python3 -m openclaw_vision.cpu", description=main.__doc__)
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--vector-features", action="store_true", help="the -march=native cache key (vector_features)")
+    what.add_argument("--isa-class", action="store_true", help="the INT8 ISA class (isa_class)")
+    args = parser.parse_args(argv)
+    print(vector_features() if args.vector_features else isa_class())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

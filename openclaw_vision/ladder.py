@@ -22,7 +22,6 @@ the other load on the machine: the load average before and after each step is re
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
@@ -31,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import children
+from . import children, cpu
 from .commands import Command
 
 LADDER = ("ViT-B-32", "ViT-L-14", "ViT-H-14", "ViT-bigG-14")
@@ -302,11 +301,8 @@ def host() -> dict:
     from .bench.harness import host_info
 
     info = host_info()
-    flags = ""
-    with contextlib.suppress(OSError, StopIteration):
-        flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
-    info["vnni"] = "yes" if "avx512_vnni" in flags or "avx_vnni" in flags else "no"
-    info["avx2"] = "avx2" in flags
+    info["vnni"] = "yes" if {"avx512_vnni", "avx_vnni"} & set(cpu.int8_dot_units()) else "no"
+    info["avx2"] = "avx2" in cpu.flags()
     info["memory_gb"] = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9, 1)
     return info
 

@@ -10,16 +10,17 @@ import os
 import platform
 from importlib import metadata
 
+from .. import cpu
+
 
 def host_info() -> dict:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as fh:
-            names = [line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")]
-        cpu = names[0] if names else cpu
-    except OSError:  # not Linux: the platform's own name stands
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "machine": platform.machine(), "python": platform.python_version()}
+    """Where a run was measured: the CPU's model name (as cpu.py, the one reader, gives it), cores, machine, Python."""
+    return {
+        "cpu": cpu.model_name(),
+        "cores": os.cpu_count(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+    }
 
 
 def versions() -> dict:
