@@ -540,3 +540,60 @@ def test_a_camera_whose_stamps_skip_frames_shows_the_estimate_in_stats_and_diagn
     assert status_values(shown, camera)["missing_estimate"] == "4"
     assert status_values(shown, f"encoder_node: camera {FRONT}")["missing_estimate"] == "0"
     assert status_values(shown, STATUS_NAME)["missing_estimate"] == "4"
+
+
+@pytest.mark.dds
+def test_frames_that_waited_in_the_reader_are_counted_dropped_and_never_decoded(tiny_model, dds_domain):
+    """Two cameras; each camera's transport thread is held (busy) with its frame 0 while frames 1-7 arrive,
+    a garbage frame among the front camera's. When the threads run again, each take gets what waited:
+    only frame 7 is decoded, validated and encoded; frames 1-6 are counted received and dropped from their
+    stamps alone (the garbage one too: it was never read), and the stamp-gap estimate sees no frame missing."""
+    from cyclonedds.util import duration
+
+    from openclaw_vision.ros.cyclone import CycloneTransport
+    from openclaw_vision.ros.encoder_node import EncoderNode
+    from openclaw_vision.ros.types import IMAGE, QoS
+
+    cams = [FRONT, LEFT]
+    node_t, cam_t = CycloneTransport("encoder_node"), CycloneTransport("cameras")
+    cfg = EncoderConfig(image_topics=tuple(cams), reliability="reliable", diagnostics_period=5.0)
+    node = EncoderNode(cfg, node_t, OnnxRuntimeEncoder(tiny_model, threads=1))
+    entered, go = {c: threading.Event() for c in cams}, threading.Event()
+    on_image = node._on_image
+
+    def busy(cam, msg, deserialize_s):  # the subscription looks the node's callback up per sample
+        entered[cam.spec.topic].set()
+        go.wait(30)
+        on_image(cam, msg, deserialize_s)
+
+    node._on_image = busy
+    rows = np.random.default_rng(2).integers(0, 256, (48, 64 * 3), np.uint8)
+    frames = 8
+    try:
+        pubs = {c: cam_t.publisher(c, IMAGE, QoS("reliable", 10, "keep_all")) for c in cams}
+        node.start()
+        wait_until(lambda: all(p.matched() for p in pubs.values()), 30, "the node's subscriptions")
+        for i in range(frames):
+            for c, pub in pubs.items():
+                step = 10 if (c == FRONT and i == 3) else None  # not a valid image
+                pub.publish(_image(cam_t, 10**9 + i * 30_000_000, c, rows, 48, 64, "rgb8", step=step))
+                if i == 0:
+                    assert entered[c].wait(30)  # its transport thread holds frame 0: the rest wait in the reader
+        for pub in pubs.values():
+            assert pub._writer.wait_for_acks(duration(seconds=30))  # acknowledged: in the node's readers
+        go.set()
+        wait_until(lambda: all(node.stats()["cameras"][c]["received"] == frames for c in cams), 30, "every frame")
+        done = lambda: all(s["encoded"] + s["dropped"] == frames for s in node.stats()["cameras"].values())  # noqa: E731
+        wait_until(done, 30, "every frame encoded or dropped")
+    finally:
+        go.set()
+        node.stop()
+        node_t.close()
+        cam_t.close()
+    st = node.stats()
+    for c in cams:
+        s = st["cameras"][c]
+        assert (s["received"], s["rejected"], s["failed"]) == (frames, 0, 0) and s["encoded"] >= 1, s
+        assert s["missing_estimate"] == 0 and s["lost"] == 0, s
+        assert node.cameras[c].images.intake.skipped == frames - 2  # frames 1-6: only their stamps were read
+        assert s["stages_ms"]["deserialize"]["n"] == 2, s["stages_ms"]["deserialize"]  # frames 0 and 7

@@ -9,7 +9,9 @@ instead, a receive thread can wait for the GIL while the GIL holder waits, insid
 reliable write, for an acknowledgement that only that receive thread would process: a
 deadlock we saw as 10 s write timeouts. Readers keep every sample until we take it (KEEP_ALL
 within a resource limit), so no sample is overwritten unseen; what DDS could not keep is
-reported by `lost()`.
+reported by `lost()`. Each wake-up takes all the reader holds in one `dds_takecdr`; an image
+subscription (newest only) decodes only the newest of them and reads just the stamp of each
+older one, which the node counts as received and dropped (subscription.py, "Newest only").
 
 Samples are taken serialized and handed to the subscription core both transports share
 (subscription.py: decode, time, count, guard the callback): sensor_msgs/Image and CompressedImage
@@ -46,6 +48,7 @@ import os
 import threading
 import time
 import weakref
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -53,7 +56,7 @@ import numpy as np
 from .. import threads
 from . import dds_config, native_check
 from .dds_types import field_names, idl_type, service_wire_type
-from .subscription import DdsQos, SampleIntake, Throttle, reader_qos, writer_qos
+from .subscription import SKIP_HEAD, DdsQos, SampleIntake, Superseded, Throttle, reader_qos, writer_qos
 from .types import Callback, QoS
 
 log = logging.getLogger(__name__)
@@ -153,13 +156,33 @@ def _release(lib, ref: int, iov: native_check.Iovec) -> None:
     lib.ddsi_serdata_to_ser_unref(ref, ctypes.byref(iov))
 
 
+def _view(lib, sd: int) -> memoryview:
+    """A read-only view of serdata `sd`'s CDR bytes that holds its own reference (ddsi_serdata_to_ser_ref),
+    given back (ddsi_serdata_to_ser_unref) when the view's buffer object is collected, i.e. when no Frame
+    or array uses those bytes any more. The caller still owns (and unrefs) the reference it passed in."""
+    iov = native_check.Iovec()
+    size = lib.ddsi_serdata_size(sd)
+    ref = lib.ddsi_serdata_to_ser_ref(sd, 0, size, ctypes.byref(iov))
+    buf = (ctypes.c_ubyte * iov.iov_len).from_address(iov.iov_base)
+    weakref.finalize(buf, _release, lib, ref, iov).atexit = False  # at exit the process frees it all
+    return memoryview(buf).cast("B").toreadonly()
+
+
+def _head(lib, sd: int) -> bytes:
+    """The first SKIP_HEAD bytes of serdata `sd` (fewer if it is shorter): all a superseded sample costs."""
+    iov = native_check.Iovec()
+    n = min(lib.ddsi_serdata_size(sd), SKIP_HEAD)
+    ref = lib.ddsi_serdata_to_ser_ref(sd, 0, n, ctypes.byref(iov))
+    try:
+        return ctypes.string_at(iov.iov_base, n)
+    finally:
+        lib.ddsi_serdata_to_ser_unref(ref, ctypes.byref(iov))
+
+
 def take_serialized_ref(lib, reader: int, mask: int) -> tuple[Any, bool] | None:
     """(a read-only memoryview of one sample's CDR bytes, valid_data), or None when empty.
 
-    The view points into Cyclone's own copy of the sample: a serdata reference taken with
-    ddsi_serdata_to_ser_ref and given back (ddsi_serdata_to_ser_unref) when the view's buffer
-    object is collected, i.e. when no Frame or array uses those bytes any more.
-    """
+    The view points into Cyclone's own copy of the sample (`_view`): no copy at all."""
     from cyclonedds.core import DDSException
 
     sd = ctypes.c_void_p()
@@ -170,16 +193,54 @@ def take_serialized_ref(lib, reader: int, mask: int) -> tuple[Any, bool] | None:
     if n == 0:
         return None
     try:
-        if not info.valid_data:
-            return b"", False
-        iov = native_check.Iovec()
-        size = lib.ddsi_serdata_size(sd)
-        ref = lib.ddsi_serdata_to_ser_ref(sd, 0, size, ctypes.byref(iov))
+        return (_view(lib, sd.value), True) if info.valid_data else (b"", False)
     finally:
-        lib.ddsi_serdata_unref(sd)  # the take's reference; to_ser_ref holds its own
-    buf = (ctypes.c_ubyte * iov.iov_len).from_address(iov.iov_base)
-    weakref.finalize(buf, _release, lib, ref, iov).atexit = False  # at exit the process frees it all
-    return memoryview(buf).cast("B").toreadonly(), True
+        lib.ddsi_serdata_unref(sd)  # the take's reference; the view holds its own
+
+
+@dataclass
+class Taken:
+    """What one take call gave: `samples` (with data) to hand on, oldest first, and the heads of the
+    samples a newer one superseded (newest-only subscriptions: SampleIntake.skip reads their stamps).
+    `count` is every sample taken, with data or not (0: the reader was empty)."""
+
+    count: int
+    samples: list = field(default_factory=list)
+    superseded: list[bytes] = field(default_factory=list)
+
+
+class _Taker:
+    """`dds_takecdr` of up to `most` samples into arrays made once (one take thread uses them): the
+    reader's whole content in one call. With `newest_only` only the newest sample with data becomes a
+    view; each older one costs its stamp's bytes (`_head`) and its unref. Measured: `bench --mode
+    capacity`'s drop-cost section."""
+
+    def __init__(self, lib, reader: int, mask: int, most: int, newest_only: bool) -> None:
+        self._lib, self._reader, self._mask, self._newest_only = lib, reader, mask, newest_only
+        self._bufs = (ctypes.c_void_p * most)()
+        self._infos = (native_check.SampleInfo * most)()
+        self._most = most
+
+    def take(self) -> Taken:
+        from cyclonedds.core import DDSException
+
+        lib, bufs = self._lib, self._bufs
+        n = lib.dds_takecdr(self._reader, ctypes.byref(bufs), self._most, ctypes.byref(self._infos), self._mask)
+        if n < 0:
+            raise DDSException(n, "dds_takecdr")
+        taken = Taken(n)
+        try:
+            valid = [i for i in range(n) if self._infos[i].valid_data]  # else a writer left: no data in it
+            newest = valid[-1] if valid else -1
+            for i in valid:
+                if self._newest_only and i != newest:
+                    taken.superseded.append(_head(lib, bufs[i]))
+                else:
+                    taken.samples.append(_view(lib, bufs[i]))
+        finally:
+            for i in range(n):
+                lib.ddsi_serdata_unref(bufs[i])  # the take's references; each view holds its own
+        return taken
 
 
 #: Seconds a take thread pauses after a failed take before it waits and takes again.
@@ -187,13 +248,18 @@ TAKE_RETRY_S = 0.1
 
 
 class _Subscription:
-    """A reader and the thread that takes its samples and hands them to the intake (subscription.py)."""
+    """A reader and the thread that takes its samples and hands them to the intake (subscription.py).
+
+    Each wake-up takes everything the reader holds in one call (at most its resource limit); a
+    newest-only intake (an image subscription) gets the newest sample decoded and only the stamps of
+    the others (SampleIntake.skip), every other intake every sample, oldest first."""
 
     def __init__(self, participant, topic_obj, qos: QoS, intake: SampleIntake) -> None:
         from cyclonedds.core import InstanceState, ReadCondition, SampleState, ViewState, WaitSet
         from cyclonedds.sub import DataReader
 
-        self._reader = DataReader(participant, topic_obj, qos=_qos(reader_qos(qos, bounded_keep_all=True)))
+        rq = reader_qos(qos, bounded_keep_all=True)
+        self._reader = DataReader(participant, topic_obj, qos=_qos(rq))
         self._waitset = WaitSet(participant)
         self._mask = ViewState.Any | InstanceState.Any | SampleState.Any
         self._cond = ReadCondition(self._reader, self._mask)
@@ -201,23 +267,33 @@ class _Subscription:
         self.intake = intake
         self._lib = _ddsc()
         self.zero_copy = self._lib is not None  # else the binding's take, one copy
+        self._most = rq.depth
+        self._taker = None
+        if self.zero_copy:
+            self._taker = _Taker(self._lib, self._reader._ref, int(self._mask), rq.depth, intake.newest_only)
         self._reliable = qos.reliability == "reliable"
         self.take_failures = Throttle()  # .total: takes that raised
         self._stop = threading.Event()
         self._thread = threads.Thread(target=self._run, name=f"dds-take{intake.topic}", daemon=True)
         self._thread.start()
 
-    def _take(self) -> tuple[Any, bool] | None:
-        """One serialized sample and whether it holds data, or None when the reader is empty."""
+    def _take(self) -> Taken:
+        """Everything the reader holds (Taken.count 0: it was empty)."""
         from cyclonedds._clayer import ddspy_take
         from cyclonedds.core import DDSException
 
-        if self.zero_copy:
-            return take_serialized_ref(self._lib, self._reader._ref, int(self._mask))
-        ret = ddspy_take(self._reader._ref, self._mask, 1)
+        if self._taker is not None:
+            return self._taker.take()
+        ret = ddspy_take(self._reader._ref, self._mask, self._most)
         if isinstance(ret, int):
             raise DDSException(ret, f"taking a sample on {self.intake.topic}")
-        return (ret[0][0], ret[0][1].valid_data) if ret else None
+        taken = Taken(len(ret))
+        valid = [raw for raw, info in ret if info.valid_data]
+        if self.intake.newest_only:
+            taken.superseded = [raw[:SKIP_HEAD] for raw in valid[:-1]]
+            valid = valid[-1:]
+        taken.samples = valid
+        return taken
 
     def _run(self) -> None:
         from cyclonedds.util import duration
@@ -232,11 +308,13 @@ class _Subscription:
                     self.take_failures.failure(log, f"take on {self.intake.topic} failed", err)
                     self._stop.wait(TAKE_RETRY_S)  # the reader still signals data: without a pause, a hot loop
                     break
-                if taken is None:
+                if not taken.count:
                     break
-                if taken[1]:  # else a writer left: no data in it
-                    self.intake(taken[0], t0)
-                taken = None  # keep no sample alive here: its bytes go back when its users are done
+                for head in taken.superseded:  # older first: the stamps reach the node in order
+                    self.intake.skip(head)
+                for raw in taken.samples:
+                    self.intake(raw, t0)
+                taken = raw = None  # keep no sample alive here: its bytes go back when its users are done
 
     def matched(self) -> int:
         return len(self._reader.get_matched_publications())
@@ -443,9 +521,11 @@ class CycloneTransport:
 
         return _Publisher(DataWriter(self.participant, self._topic(topic, ros_type), qos=_qos(writer_qos(qos))))
 
-    def subscribe(self, topic: str, ros_type: str, qos: QoS, callback: Callback) -> _Subscription:
-        """Images are read by cdr's struct reader, their `data` a view of Cyclone's own sample (module doc)."""
-        intake = SampleIntake(topic, ros_type, callback, idl_type, idl_type(ros_type).deserialize)
+    def subscribe(self, topic: str, ros_type: str, qos: QoS, callback: Callback,
+                  superseded: Superseded | None = None) -> _Subscription:  # fmt: skip
+        """Images are read by cdr's struct reader, their `data` a view of Cyclone's own sample (module doc).
+        With `superseded`, only the newest sample of each take is decoded (subscription.py, "Newest only")."""
+        intake = SampleIntake(topic, ros_type, callback, idl_type, idl_type(ros_type).deserialize, superseded)
         sub = _Subscription(self.participant, self._topic(topic, ros_type), qos, intake)
         self._subs.append(sub)
         return sub
