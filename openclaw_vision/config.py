@@ -8,7 +8,9 @@ Each field carries a `Param` (its description, range or choices, and whether it 
 while the node runs): the one source for the pip path's checks, the YAML files' comments
 (test_packaging checks them) and the ROS ParameterDescriptors (rclpy_transport.py), so the
 three cannot drift. Types are checked the same way on every path (`coerce`): an int is taken
-where a float is expected (YAML's `2` for 2.0), nothing else is converted.
+where a float is expected (YAML's `2` for 2.0), nothing else is converted. The launch file's argument
+descriptions and the docs' parameter tables come from it too, so this module imports without NumPy:
+`ros2 launch` reads it on the system Python.
 """
 
 from __future__ import annotations
@@ -28,9 +30,8 @@ from .encoders import PERFORMANCE_HINTS, backends
 from .encoders.options import GATE_AUTO, EncoderOptions
 from .errors import OpenclawError
 from .models.configs import MODEL_CONFIGS
-from .models.projection import ProjectionError
 from .resources import PRECISIONS
-from .vlm.pipeline import LLM_BACKENDS
+from .vlm.config import LLM_BACKENDS
 from .vlm.tokenizer import DEFAULT_SYSTEM
 
 #: image_transport's two plugins we read: raw Image, or its `compressed` CompressedImage sub-topic
@@ -151,6 +152,8 @@ class NodeConfig:
         for key, spec in self.params().items():
             spec.check(key, getattr(self, key))
         if getattr(self, "output_dim", 0) and getattr(self, "model", None) in MODEL_CONFIGS:
+            from .models.projection import ProjectionError  # NumPy: imported only where a projection is asked for
+
             try:
                 output_width(self.model, self.output_dim)  # above the tower's width: said at start
             except ProjectionError as err:

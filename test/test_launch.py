@@ -41,13 +41,35 @@ def test_every_overriding_argument_is_a_parameter_of_the_node_it_goes_to():
     assert set(LABELS_ARGUMENTS) | set(LABELS_SHARED) <= set(LabelsConfig.params())
 
 
+def test_each_argument_says_what_its_parameter_says_choices_and_all():
+    """`--show-args` reads config.Param: the one text, so the two cannot drift (llm names .gguf files, precision
+    lists resources.PRECISIONS)."""
+    from openclaw_vision.resources import PRECISIONS
+    from openclaw_vision.ros.launch_args import MEMORY_ARGUMENTS, NODE_ARGUMENTS, argument_description
+
+    for name in (*ENCODER_ARGUMENTS, *VLM_ARGUMENTS, *LABELS_ARGUMENTS, *MEMORY_ARGUMENTS):
+        cls = next(cls for cls, names in NODE_ARGUMENTS.values() if name in names)
+        spec, text = cls.params()[name], argument_description(name)
+        assert (
+            spec.description in text
+            and spec.range_text() in text
+            and text.endswith("unset: the parameters file's value")
+        ), name
+        assert text.startswith(" | ".join(spec.choices)), name
+    assert ".gguf" in argument_description("llm")
+    assert argument_description("precision").startswith(" | ".join(PRECISIONS) + ";")
+    assert "goes to encoder_node, vlm_node, labels_node, memory_node" in argument_description("features_topic")
+    assert "'[/front/image_raw, /rear/image_raw/compressed]'" in argument_description("image_topics")
+
+
 def test_the_launch_file_helpers_import_without_ros_or_numpy():
     """ros2 launch runs the launch file with the system Python, outside any venv: keep it light."""
     import subprocess
 
     code = (
         "import sys, openclaw_vision.ros.launch_args; "
-        "heavy = {'numpy', 'cv2', 'onnxruntime', 'rclpy'} & set(sys.modules); assert not heavy, heavy"
+        "heavy = {'numpy', 'cv2', 'onnxruntime', 'rclpy'} & set(sys.modules); assert not heavy, heavy; "
+        "assert 'openclaw_vision.config' in sys.modules  # the descriptions' source, light too"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -69,6 +91,9 @@ def test_memory_arguments_go_to_the_memory_node_only_when_set():
     assert memory_overrides({"store": UNSET, "features_topic": UNSET}) == {}
     # a server URL stays text (YAML would read "10:50" as a base-60 int)
     assert memory_overrides({"store": "http://10.0.0.5:8000", "features_topic": "/f"}) == {
-        "store": "http://10.0.0.5:8000", "features_topic": "/f"}
+        "store": "http://10.0.0.5:8000",
+        "features_topic": "/f",
+    }
     assert memory_overrides({"text_model": "/models/ViT-B-32.text.fp32.onnx"}) == {  # a path stays text
-        "text_model": "/models/ViT-B-32.text.fp32.onnx"}
+        "text_model": "/models/ViT-B-32.text.fp32.onnx"
+    }

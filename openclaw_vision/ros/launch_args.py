@@ -8,7 +8,8 @@ dict, or `config:=my.yaml` values for those keys are silently replaced. The laun
 these arguments with the default UNSET and passes on only the others, typed the way launch_ros
 types a substituted value (`yaml.safe_load`, launch_ros/utilities/evaluate_parameters.py).
 
-Kept free of ROS imports so the tests can run it; vision.launch.py imports it at launch time.
+Kept free of ROS and NumPy imports (config.py is too) so the tests can run it; vision.launch.py imports it at
+launch time, on the system Python.
 """
 
 from __future__ import annotations
@@ -18,36 +19,18 @@ from typing import Any
 
 import yaml
 
-from ..encoders import backends
-from ..resources import PRECISIONS
+from .. import config as cfgmod
 
 #: the default of every overriding argument: "not set, the parameters file decides"
 UNSET = ""
 
-ENCODER_ARGUMENTS = {
-    "image_topic": "sensor_msgs/Image topic to encode",
-    "image_topics": "several cameras in one node and one batch, e.g. '[/front/image_raw, /rear/image_raw/compressed]'",
-    "features_topic": "VisualFeatures topic (the encoder's output, the VLM's input)",
-    "model": "named CLIP architecture",
-    "output_dim": "embedding width on /visual_features (0: the tower's; e.g. 512: a fitted, gated projection)",
-    "backend": " | ".join(backends.choices()),
-    "precision": " | ".join(PRECISIONS),
-    "triton_url": "backend triton: the server's gRPC HOST:PORT",
-}
-VLM_ARGUMENTS = {
-    "llm": "tiny | tinyllama-1.1b | a Hugging Face Llama folder",
-    "prompt_topic": "std_msgs/String questions",
-    "answer_topic": "openclaw_vision/VlmAnswer answers",
-    "max_new_tokens": "longest answer, in tokens",
-}
-LABELS_ARGUMENTS = {
-    "labels": "comma-separated label set of the labels node",
-    "labels_topic": "openclaw_vision/VisualLabels topic",
-}
-MEMORY_ARGUMENTS = {
-    "store": "memory node: store folder or http://HOST:PORT of a Chroma server",
-    "text_model": "memory node: text tower ONNX export for text queries (the store's model); unset: vectors only",
-}
+#: The overriding arguments of each node, by name: each is a key of that node's configuration, and what
+#: `--show-args` says about it is that key's `config.Param` (argument_description), never a second text.
+ENCODER_ARGUMENTS = ("image_topic", "image_topics", "features_topic", "model", "output_dim", "backend", "precision",
+                     "triton_url")  # fmt: skip
+VLM_ARGUMENTS = ("llm", "prompt_topic", "answer_topic", "max_new_tokens")
+LABELS_ARGUMENTS = ("labels", "labels_topic")
+MEMORY_ARGUMENTS = ("store", "text_model")
 #: arguments that also set a parameter of another node: the VLM and labels nodes read what the
 #: encoder writes, the VLM takes features of the encoder model's width (its output_dim), and the labels
 #: node's text tower must be of the encoder's model and projection (its ids must match); the memory node
@@ -58,6 +41,13 @@ MEMORY_SHARED = ("features_topic",)
 #: arguments taken as text whatever they look like ("yes" or "1" is a label, not a bool or an int; YAML 1.1
 #: reads a HOST:PORT such as "10:50" as the base-60 int 650)
 TEXT_ARGUMENTS = ("labels", "triton_url", "store", "text_model")
+#: node → (its configuration, every argument that sets one of its parameters), in launch order
+NODE_ARGUMENTS = {
+    "encoder_node": (cfgmod.EncoderConfig, ENCODER_ARGUMENTS),
+    "vlm_node": (cfgmod.VlmConfig, (*VLM_ARGUMENTS, *VLM_SHARED)),
+    "labels_node": (cfgmod.LabelsConfig, (*LABELS_ARGUMENTS, *LABELS_SHARED)),
+    "memory_node": (cfgmod.MemoryConfig, (*MEMORY_ARGUMENTS, *MEMORY_SHARED)),
+}
 
 
 def user_overrides(values: Mapping[str, str], names) -> dict[str, Any]:
@@ -71,18 +61,27 @@ def user_overrides(values: Mapping[str, str], names) -> dict[str, Any]:
 
 def node_overrides(values: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """(encoder, VLM, labels node) parameters that the launch arguments `values` override."""
-    encoder = user_overrides(values, ENCODER_ARGUMENTS)
-    vlm = user_overrides(values, (*VLM_ARGUMENTS, *VLM_SHARED))
-    labels = user_overrides(values, (*LABELS_ARGUMENTS, *LABELS_SHARED))
+    encoder, vlm, labels = (user_overrides(values, NODE_ARGUMENTS[node][1])
+                            for node in ("encoder_node", "vlm_node", "labels_node"))  # fmt: skip
     return encoder, vlm, labels
 
 
 def memory_overrides(values: Mapping[str, str]) -> dict[str, Any]:
     """The memory node's parameters that the launch arguments `values` override."""
-    return user_overrides(values, (*MEMORY_ARGUMENTS, *MEMORY_SHARED))
+    return user_overrides(values, NODE_ARGUMENTS["memory_node"][1])
 
 
 def argument_description(name: str) -> str:
-    """What `ros2 launch ... --show-args` says about an overriding argument."""
-    what = {**ENCODER_ARGUMENTS, **VLM_ARGUMENTS, **LABELS_ARGUMENTS, **MEMORY_ARGUMENTS}[name]
-    return f"{what}; unset: the parameters file's value"
+    """What `ros2 launch ... --show-args` says about an overriding argument: the parameter's own `Param`
+    (choices first, description, range) of the node whose argument it is, the other nodes it also sets,
+    and that leaving it unset keeps the parameters file's value."""
+    reaches = [node for node, (_, names) in NODE_ARGUMENTS.items() if name in names]
+    cls = next(cls for cls, names in NODE_ARGUMENTS.values() if name in names)
+    spec, default = cls.params()[name], getattr(cls(), name)
+    parts = [" | ".join(spec.choices)] if spec.choices else []
+    parts += [spec.description, *([spec.range_text()] if spec.range_text() else [])]
+    if isinstance(default, tuple):  # a string array: launch_ros reads the argument as YAML
+        parts.append("a YAML list, e.g. '[/front/image_raw, /rear/image_raw/compressed]'")
+    if len(reaches) > 1:
+        parts.append(f"goes to {', '.join(reaches)}")
+    return "; ".join([*parts, "unset: the parameters file's value"])

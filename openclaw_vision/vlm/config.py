@@ -6,6 +6,10 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+#: who runs the VLM's language model: our decoder or llama.cpp (a GGUF file); here, beside the shapes and
+#: without NumPy, so the configuration (and the launch file, on the system Python) can read the choices
+LLM_BACKENDS = ("auto", "ours", "llamacpp")
+
 
 @dataclass(frozen=True)
 class LlamaConfig:

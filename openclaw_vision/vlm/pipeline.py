@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import LlamaConfig, get_llm_config
+from .config import LLM_BACKENDS, LlamaConfig, get_llm_config
 from .decoder import LlamaDecoder
 from .kv_cache import OutOfBlocks
 from .projector import Projector, ProjectorConfig, projector_shapes, random_projector_params
@@ -55,7 +55,6 @@ def _digest(path: Path) -> str:
     return h.hexdigest()[:12]
 
 
-LLM_BACKENDS = ("auto", "ours", "llamacpp")  # the VLM's language model: our decoder or llama.cpp (GGUF)
 FALLBACK = "auto: fell back to ours"  # how a reason starts when auto passed over a llama.cpp that failed its probe
 
 
