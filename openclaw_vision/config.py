@@ -364,6 +364,16 @@ class MemoryConfig(NodeConfig):
     )  # fmt: skip
     store: str = param("", "store folder or http://HOST:PORT of a Chroma server; empty: memory/ in the data home")
     source: str = param("live", "the rows' source name (part of each row's id, as a bag's path is for `index`)")
+    robot: str = param("", "this robot's name on every row (part of its id; queries filter by it); empty: the "
+                       "node's namespace, else the host name")  # fmt: skip
+    cache_rows: int = param(20000, "with a server store: this robot's newest rows kept here for queries (the "
+                            "server's index answers the rest)", minimum=0)  # fmt: skip
+    cache_seconds: float = param(600.0, "with a server store: rows older than this (s) leave that cache; 0: "
+                                 "cache_rows alone bounds it", minimum=0.0)  # fmt: skip
+    spool: str = param("", "with a server store: the folder rows wait in until the server has them; empty: "
+                       "memory-spool/ROBOT in the data home")  # fmt: skip
+    spool_max_mb: float = param(2048.0, "with a server store: the spool's bound (MiB of rows); rows beyond it "
+                                "are refused and counted", minimum=1.0)  # fmt: skip
     batch_rows: int = param(240, "rows written per store call (one second of 8 cameras at 30 fps)", minimum=1)
     flush_period: float = param(1.0, "seconds a row waits at most before it is written", **PERIOD)
     queue_rows: int = param(20000, "rows waiting to be written at most; beyond, new rows are dropped", minimum=1)
@@ -389,6 +399,8 @@ class MemoryConfig(NodeConfig):
             raise self._bad("query_service", "must be a non-empty ROS service name")
         if not self.source or "|" in self.source:
             raise self._bad("source", "must be non-empty and without '|' (it is part of each row's id)")
+        if "|" in self.robot:
+            raise self._bad("robot", "must be without '|' (it is part of each row's id)")
         if self.queue_rows < self.batch_rows:
             raise self._bad("queue_rows", f"must be at least batch_rows ({self.batch_rows})")
         self._check_params()

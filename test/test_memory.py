@@ -535,12 +535,12 @@ def test_memory_node_refuses_to_start_on_a_corrupt_store(tmp_path):
 
 
 def _query(t, text: str = "", vector=(), model_id: str = "", top_k: int = 3, since_ns: int = 0, until_ns: int = 0,
-           camera: str = ""):  # fmt: skip
+           camera: str = "", robot: str = ""):  # fmt: skip
     from openclaw_vision.ros.types import QUERY_MEMORY, REQUEST
 
     return t.msg(QUERY_MEMORY + REQUEST)(text=text, vector=t.float_array(np.asarray(vector, np.float32)),
                                          model_id=model_id, top_k=top_k, since_ns=since_ns, until_ns=until_ns,
-                                         camera=camera)  # fmt: skip
+                                         camera=camera, robot=robot)  # fmt: skip
 
 
 def test_memory_node_answers_vector_and_text_queries_and_refuses_bad_ones(dds_domain, tiny_text_model, tmp_path):

@@ -24,7 +24,7 @@ def _request(t, text: str):
     from openclaw_vision.ros.types import QUERY_MEMORY, REQUEST
 
     return t.msg(QUERY_MEMORY + REQUEST)(text=text, vector=[0.5], model_id="", top_k=2, since_ns=0, until_ns=0,
-                                         camera="")  # fmt: skip
+                                         camera="", robot="")  # fmt: skip
 
 
 def test_a_request_is_answered_with_its_header_and_fields_and_a_failing_handler_is_counted(cyclone):
@@ -41,7 +41,7 @@ def test_a_request_is_answered_with_its_header_and_fields_and_a_failing_handler_
         if req.text == "boom":
             raise RuntimeError("boom")
         return resp_cls(ok=True, error="", model_id=req.text, stamps_ns=[7, 3], frame_ids=["f7", "f3"],
-                        cameras=["/a", "/b"], scores=[0.9, 0.1])  # fmt: skip
+                        cameras=["/a", "/b"], robots=["r", "r"], scores=[0.9, 0.1])  # fmt: skip
 
     srv = server.service("/query_memory", QUERY_MEMORY, handler)
     cli = client.client("/query_memory", QUERY_MEMORY)
@@ -62,7 +62,7 @@ def test_a_request_is_answered_with_its_header_and_fields_and_a_failing_handler_
     assert wire.__idl_typename__ == dds_type_name(QUERY_MEMORY + REQUEST) == \
         "openclaw_vision::srv::dds_::QueryMemory_Request_"  # fmt: skip
     raw = wire(cdds_request_guid=0x1122334455667788, cdds_request_seq=9, text="ab", vector=[], model_id="",
-               top_k=3, since_ns=0, until_ns=0, camera="").serialize()  # fmt: skip
+               top_k=3, since_ns=0, until_ns=0, camera="", robot="").serialize()  # fmt: skip
     assert raw[:4] == b"\x00\x01\x00\x00" and struct.unpack_from("<Qq", raw, 4) == (0x1122334455667788, 9)
     assert struct.unpack_from("<I3s", raw, 20) == (3, b"ab\x00")
 

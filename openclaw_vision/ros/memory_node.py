@@ -5,7 +5,11 @@ Threads and data flow, one direction:
     transport thread (features):  check the vector (finite, not all 0) → append to the pending queue
                                   (a short lock, never a store call: the subscription never waits on disk)
     writer thread:                every `flush_period` or `batch_rows` rows: take the queue → one Rows
-                                  per model → VisualMemory.add → retention (max_rows, max_age)
+                                  per model → VisualMemory.add → retention (max_rows, max_age); with a
+                                  server store: → the spool (memory/spool.py, this robot's disk, one
+                                  durable transaction per batch) and the bounded recent cache instead
+    forwarder thread (a server):  the spool's rows, oldest first, `batch_rows` at a time → the server
+                                  (upserts by row id) → deleted from the spool once the server answered
     service thread (QueryMemory): a text (embedded by the text tower, loaded once at start) or a vector →
                                   the store's hot layer, under its own lock (held for the scan only:
                                   neither the subscription nor the writer waits on a query for long)
@@ -19,9 +23,17 @@ running through all of them. A store that cannot be opened (corrupt, locked, no 
 at start with the reason; nothing is written over it.
 
 Killing the node loses at most the rows not yet written: one batch (`batch_rows`, or `flush_period`
-seconds of rows).
+seconds of rows). With a server store (store and forward) the node starts and keeps accepting rows while the
+server is down: they wait in the spool (`spool`, bounded by `spool_max_mb`: rows beyond it are refused,
+counted and logged) and go to the server in the order they came when it answers again; a SIGKILL loses
+nothing spooled, and a batch sent again after one is on the server once (its rows' ids are the same). Each
+row names its robot (`robot`: the namespace, else the host name), so two robots never share an id. Counted
+as spooled, then forwarded (written or skipped on the server) or refused; `spool_rows` wait.
 
-Queries (srv/QueryMemory on `query_service`) are counted as `queries`; a bad one (neither or both of text
+Queries (srv/QueryMemory on `query_service`) are counted as `queries`. On a server store they are answered
+by the server's index (every robot's rows, a `robot` filter) merged with this robot's cached newest rows;
+while the server does not answer, by that cache alone, with ok and a note in `error` saying so (counted in
+`queries_local`). A bad one (neither or both of text
 and vector, a vector of another width or model than the store's, a text query without `text_model`, a
 window that ends before it starts) gets `ok: false` and the reason in `error`, is counted in
 `queries_refused` and logged, and the node goes on. A text tower of another model than the store's is
@@ -32,9 +44,12 @@ store while the node runs; the embedded folder after it stops, as the folder has
 from __future__ import annotations
 
 import logging
+import shutil
+import socket
 import sys
 import threading
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -54,7 +69,9 @@ log = logging.getLogger("memory_node")
 NODE_NAME = "memory_node"
 STATUS_NAME = f"{NODE_NAME}: memory"
 COUNTS = ("received", "written", "skipped", "dropped", "rejected", "refused", "flushes", "retained_deleted",
-          "queries", "queries_refused")  # fmt: skip
+          "queries", "queries_refused", "spooled", "forwarded", "forward_failures", "queries_local")  # fmt: skip
+#: seconds the forwarder waits at most before it tries a server that failed again (doubling from flush_period)
+FORWARD_RETRY_MAX_S = 5.0
 #: matches a query returns when its top_k is 0, and at most
 DEFAULT_TOP_K, MAX_TOP_K = 8, 1000
 
@@ -64,8 +81,10 @@ class QueryError(OpenclawError, ValueError):
 
 
 class MemoryNode:
-    def __init__(self, cfg: cfgmod.MemoryConfig, transport: Transport, memory, text=None) -> None:
+    def __init__(self, cfg: cfgmod.MemoryConfig, transport: Transport, memory, text=None, spool=None,
+                 robot: str = "") -> None:  # fmt: skip
         self.cfg, self.transport, self.memory, self.text = cfg, transport, memory, text
+        self.spool, self.robot = spool, robot
         self.counters = Counters(COUNTS)
         self._pending: list[tuple[str, int, str, str, np.ndarray]] = []
         self._lock = threading.Lock()
@@ -78,6 +97,11 @@ class MemoryNode:
                       for topic in cfg.topics()]  # fmt: skip
         self.supervisor = threads.Supervisor(self._stop, log)
         self._writer = self.supervisor.thread("memory-writer", self._write_loop)
+        self._forward_wake = threading.Event()
+        self._forward_error = ""  # the server's last failure; "" once a batch went through
+        self._warn_forward = Throttle()
+        if spool is not None:
+            self.supervisor.thread("memory-forward", self._forward_loop)
         self.supervisor.thread("diagnostics", self._report)
         self._warn_query = Throttle()
         self._last_query_error = ""
@@ -89,19 +113,34 @@ class MemoryNode:
         """One QueryMemory request → its response; a bad query is answered with ok=false and the reason."""
         self.counters.inc("queries")
         try:
-            matches = self.query(req)
+            matches, note = self.query(req)
         except OpenclawError as err:  # QueryError, StoreMismatch, the text tower's errors
             self.counters.inc("queries_refused")
             self._last_query_error = str(err)
             self._warn_query(log.warning, "query refused: %s", err)
             return self._response(ok=False, error=str(err), model_id=self.memory.model_id or "", stamps_ns=[],
-                                  frame_ids=[], cameras=[], scores=[])  # fmt: skip
-        return self._response(ok=True, error="", model_id=self.memory.model_id or "",
+                                  frame_ids=[], cameras=[], robots=[], scores=[])  # fmt: skip
+        return self._response(ok=True, error=note, model_id=self.memory.model_id or "",
                               stamps_ns=[m.stamp_ns for m in matches], frame_ids=[m.frame_id for m in matches],
-                              cameras=[m.camera for m in matches],
+                              cameras=[m.camera for m in matches], robots=[m.robot for m in matches],
                               scores=self.transport.float_array([m.score for m in matches]))  # fmt: skip
 
-    def query(self, req: Any) -> list:
+    def query(self, req: Any) -> tuple[list, str]:
+        """The matches of one request, and a note for the caller ("" or why only the local cache answered)."""
+        from ..memory.store import StoreUnavailable
+
+        try:
+            return self._search(req, local_only=False), ""
+        except StoreUnavailable as err:
+            if not self.memory.held:
+                raise
+            self.counters.inc("queries_local")
+            self._warn_query(log.warning, "query answered from the local cache only: %s", err)
+            return self._search(req, local_only=True), (
+                f"the server did not answer ({err}): answered from this robot's {self.memory.held} newest rows only"
+            )
+
+    def _search(self, req: Any, local_only: bool) -> list:
         text = str(req.text).strip()
         vector = np.asarray(req.vector, np.float32).reshape(-1)
         if bool(text) == bool(vector.size):
@@ -112,7 +151,8 @@ class MemoryNode:
         since, until = int(req.since_ns) or None, int(req.until_ns) or None
         if since is not None and until is not None and until < since:
             raise QueryError(f"the window ends (until_ns {until}) before it starts (since_ns {since})")
-        filters = {"since_ns": since, "until_ns": until, "camera": str(req.camera) or None}
+        filters = {"since_ns": since, "until_ns": until, "camera": str(req.camera) or None,
+                   "robot": str(req.robot) or None, "local_only": local_only}  # fmt: skip
         if text:
             if self.text is None:
                 raise QueryError("text queries need the text_model parameter (a text tower export of the "
@@ -171,18 +211,22 @@ class MemoryNode:
         by_model: dict[str, list] = {}
         for row in pending:
             by_model.setdefault(row[0], []).append(row)
-        free = self.memory.free_bytes()
+        free = shutil.disk_usage(self.spool.folder).free if self.spool is not None else self.memory.free_bytes()
         if free is not None and free < self.cfg.min_free_mb * 2**20:  # never hand the engine a write it cannot end
-            self._refuse(len(pending), f"{free / 2**20:.1f} MiB free on the store's disk, below min_free_mb "
-                         f"{self.cfg.min_free_mb:g}: free space or move the store")  # fmt: skip
+            where = "spool's" if self.spool is not None else "store's"
+            self._refuse(len(pending), f"{free / 2**20:.1f} MiB free on the {where} disk, below min_free_mb "
+                         f"{self.cfg.min_free_mb:g}: free space or move the {where[:-2]}")  # fmt: skip
             return
         for model, rows in by_model.items():
             dims = {len(r[4]) for r in rows}
             for dim in sorted(dims):
                 part = [r for r in rows if len(r[4]) == dim]
                 batch = Rows(np.stack([r[4] for r in part]), [r[1] for r in part], [r[2] for r in part],
-                             [r[3] for r in part], model, self.cfg.source)  # fmt: skip
+                             [r[3] for r in part], model, self.cfg.source, robot=self.robot)  # fmt: skip
                 try:
+                    if self.spool is not None:
+                        self._spool(batch)
+                        continue
                     c = self.memory.add(batch)
                 except Exception as err:  # another model, a full disk, the server gone (the engine and its HTTP
                     # client raise their own types): the rows are refused, counted and logged; the writer goes on
@@ -199,13 +243,88 @@ class MemoryNode:
             else:
                 self.counters.inc("retained_deleted", deleted)
 
+    def _spool(self, batch) -> None:
+        """A batch into the spool (as much as its bound takes) and the recent cache; the rest refused, counted."""
+        from ..memory.store import StoreMismatch
+
+        n = len(batch.vectors)
+        try:  # a model the server's store is known not to hold could never be forwarded
+            self.memory.check_model(batch.model_id, int(batch.vectors.shape[1]))
+        except StoreMismatch as err:
+            self._refuse(n, str(err))
+            return
+        taken = self.spool.put(batch)
+        if taken:
+            self.memory.remember(batch.take(taken))
+            self.counters.inc("spooled", taken)
+            self._forward_wake.set()
+        if taken < n:
+            self._refuse(n - taken, f"the spool {self.spool.folder} is full (spool_max_mb {self.cfg.spool_max_mb:g}, "
+                         f"{len(self.spool)} rows wait for the server {self.memory.spec})")  # fmt: skip
+
+    # forwarder thread (a server store) ----------------------------------------------------------
+    def _forward_loop(self) -> None:
+        from ..memory.store import StoreUnavailable
+
+        backoff = 0.0
+        while not self._stop.is_set():
+            if backoff:
+                self._stop.wait(backoff)
+            else:
+                self._forward_wake.wait(self.cfg.flush_period)
+                self._forward_wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self.forward()
+            except StoreUnavailable as err:
+                self.counters.inc("forward_failures")
+                self._forward_error = str(err)
+                self._warn_forward(log.warning, "the server does not answer; %d rows wait in the spool: %s",
+                                   len(self.spool), err)  # fmt: skip
+                backoff = min(FORWARD_RETRY_MAX_S, max(self.cfg.flush_period, 2 * backoff))
+            else:
+                if self._forward_error:
+                    log.info("the server answers again: the spool is sent, in order")
+                backoff, self._forward_error = 0.0, ""
+
+    def forward(self) -> int:
+        """The spool's rows to the server, oldest first, until it is empty or the node stops; each batch
+        deleted from the spool only after the server answered (StoreUnavailable: the rest stay). Rows of a
+        model the store does not hold are refused, counted and deleted: no server would ever take them."""
+        from ..memory.store import StoreMismatch
+
+        sent = 0
+        while not self._stop.is_set():
+            batches = self.spool.peek(self.cfg.batch_rows)
+            if not batches:
+                break
+            for b in batches:
+                n = len(b.rows.vectors)
+                try:
+                    c = self.memory.add(b.rows, cache=False)
+                except StoreMismatch as err:
+                    self._refuse(n, str(err))
+                else:
+                    self.counters.inc("written", c.written)
+                    self.counters.inc("skipped", c.skipped)
+                    self.counters.inc("forwarded", n)
+                self.spool.ack(b.last_seq)
+                sent += n
+                if self._stop.is_set():
+                    break
+        return sent
+
     # diagnostics and lifecycle ------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
         with self._lock:
             pending = len(self._pending)
-        return {**self.counters.snapshot(), "pending": pending, "rows": len(self.memory),
-                "model": self.memory.model_id or "", "store": self.memory.spec,
-                "transport": self.transport.name, "thread_failures": self.supervisor.failures()}  # fmt: skip
+        out = {**self.counters.snapshot(), "pending": pending, "rows": self.memory.held,
+               "model": self.memory.model_id or "", "store": self.memory.spec, "robot": self.robot,
+               "transport": self.transport.name, "thread_failures": self.supervisor.failures()}  # fmt: skip
+        if self.spool is not None:  # rows: this robot's cached ones; the server's count is the server's
+            out.update(spool_rows=len(self.spool), spool_mb=round(self.spool.bytes / 2**20, 3))
+        return out
 
     def publish_diagnostics(self) -> None:
         st = self.stats()
@@ -215,10 +334,14 @@ class MemoryNode:
             level, text = ERROR, fault
         elif st["refused"]:
             level, text = WARN, f"rows refused: {self._last_refusal}"
+        elif self._forward_error:
+            level, text = WARN, f"the server does not answer, {st['spool_rows']} rows spooled: {self._forward_error}"
         elif st["queries_refused"]:
             level, text = WARN, f"queries refused: {self._last_query_error}"
         elif st["dropped"] + st["rejected"]:
             level, text = WARN, "rows dropped or rejected (see the counts)"
+        elif self.spool is not None:
+            level, text = OK, f"{st['forwarded']} rows forwarded to {st['store']}, {st['spool_rows']} spooled"
         else:
             level, text = OK, f"{st['rows']} rows in {st['store']}"
         self._diag.publish(diagnostic_array(self.transport, STATUS_NAME, level, text, values))
@@ -234,8 +357,9 @@ class MemoryNode:
 
     def start(self) -> MemoryNode:
         self.supervisor.start()
-        log.info("ready: %s -> %s (%d rows, model %s), batches of %d or every %.1f s, transport %s",
-                 ", ".join(self.cfg.topics()), self.memory.spec, len(self.memory),
+        via = f" through the spool {self.spool.folder} ({len(self.spool)} rows waiting)" if self.spool else ""
+        log.info("ready: %s -> %s%s (robot %s, %d rows held here, model %s), batches of %d or every %.1f s, "
+                 "transport %s", ", ".join(self.cfg.topics()), self.memory.spec, via, self.robot, self.memory.held,
                  self.memory.model_id or "not yet set",
                  self.cfg.batch_rows, self.cfg.flush_period, self.transport.name)  # fmt: skip
         log.info(
@@ -248,6 +372,7 @@ class MemoryNode:
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
+        self._forward_wake.set()
         late = self.supervisor.join(timeout=30)  # a batch being written ends within it
         if late:
             log.warning("thread(s) %s still in a call at stop: not waited for", ", ".join(late))
@@ -259,6 +384,10 @@ class MemoryNode:
             log.exception("final flush or diagnostics failed")
         finally:
             self.memory.close()
+            if self.spool is not None:
+                if len(self.spool):
+                    log.info("%d rows wait in the spool %s: sent at the next start", len(self.spool), self.spool.folder)
+                self.spool.close()
 
 
 class MemoryLoadError(OpenclawError, RuntimeError):
@@ -283,17 +412,42 @@ def _text_tower(cfg: cfgmod.MemoryConfig, memory):
     return text
 
 
-def _build(cfg: cfgmod.MemoryConfig, transport: Transport) -> MemoryNode:
-    from ..memory.store import StoreError, VisualMemory
+def robot_name(cfg: cfgmod.MemoryConfig, transport: Transport) -> str:
+    """`robot`, else the node's namespace (rclpy: `ros2 run ... -r __ns:=/robot7`), else the host name: the pip
+    path has no namespace, and the node's name is the same on every robot."""
+    if cfg.robot:
+        return cfg.robot
+    node = getattr(transport, "node", None)
+    namespace = node.get_namespace().strip("/") if hasattr(node, "get_namespace") else ""
+    return namespace or socket.gethostname()
 
-    try:
-        memory = VisualMemory(cfg.store or None)
+
+def _build(cfg: cfgmod.MemoryConfig, transport: Transport) -> MemoryNode:
+    from ..memory.spool import Spool
+    from ..memory.store import StoreError, VisualMemory, is_server
+    from ..resources import data_home
+
+    robot = robot_name(cfg, transport)
+    server = is_server(cfg.store)
+    if server and (cfg.max_rows or cfg.max_age):
+        raise MemoryLoadError(f"cannot start the memory node: retention (max_rows, max_age) applies to an embedded "
+                              f"store; the server {cfg.store} holds the fleet's rows")  # fmt: skip
+    spool = None
+    try:  # a server that does not answer yet is no reason to stop: rows wait in the spool
+        memory = VisualMemory(cfg.store or None, cfg.cache_rows, cfg.cache_seconds, connect=not server)
     except StoreError as err:
         raise MemoryLoadError(f"cannot start the memory node: {err}") from err
     try:
-        return MemoryNode(cfg, transport, memory, _text_tower(cfg, memory))
+        if server:
+            spool = Spool(Path(cfg.spool) if cfg.spool else data_home() / "memory-spool" / robot, cfg.spool_max_mb)
+        return MemoryNode(cfg, transport, memory, _text_tower(cfg, memory), spool, robot)
+    except StoreError as err:  # the spool folder: another node's, or damaged
+        memory.close()
+        raise MemoryLoadError(f"cannot start the memory node: {err}") from err
     except BaseException:
         memory.close()  # the folder's lock goes with a node that does not start
+        if spool is not None:
+            spool.close()
         raise
 
 
