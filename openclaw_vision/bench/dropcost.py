@@ -191,7 +191,8 @@ def receive(transport: str, path: str, topics: Sequence[str], seconds: float, wa
 
 
 def trial(transport: str, path: str, load: str, n: int, fps: float, seconds: float, warmup: float, bag: Path,
-          work: Path, python: Sequence[str] | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+          work: Path, python: Sequence[str] | None = None,
+          env: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
     """One receiver (`python`: the interpreter argv that runs it, default this one; `env` added to its
     environment) fed by the capacity bench's player at `fps` per camera; with `load` hogs, one busy process
     per core beside both. Returns the receiver's figures with the player's achieved rate."""
