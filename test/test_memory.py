@@ -28,11 +28,11 @@ def unit(x: np.ndarray) -> np.ndarray:
     return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32)
 
 
-def planted(n: int = 40, seed: int = 0, source: str = "bag-a", model: str = "tiny@seed0") -> Rows:
+def planted(n: int = 40, seed: int = 0, source: str = "bag-a", model: str = "tiny@seed0", robot: str = "") -> Rows:
     """n random unit rows over two cameras, stamps 1 ms apart."""
     v = unit(np.random.default_rng(seed).standard_normal((n, DIM)))
     return Rows(v, [T0 + i * 1_000_000 for i in range(n)], [f"cam{i % 2}_optical" for i in range(n)],
-                [f"/cam{i % 2}/image_raw" for i in range(n)], model, source)  # fmt: skip
+                [f"/cam{i % 2}/image_raw" for i in range(n)], model, source, robot=robot)  # fmt: skip
 
 
 def exact_top(rows: Rows, q: np.ndarray, k: int, mask=None) -> list[int]:

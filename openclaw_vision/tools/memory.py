@@ -6,8 +6,10 @@ to the store (`--store PATH|http://HOST:PORT`, default the data home's); a secon
 adds nothing (each row's id is bag, camera and stamp), and frames already stored are not encoded again.
 
 search: the text tower (loaded once) embeds the query; one line per match (stamp ns, camera, frame_id,
-score), best first; with --images BAG --sheet out.png, a contact sheet of the matching frames read back
-from the image bag by stamp, each thumbnail captioned with its stamp, camera and score.
+score, and the robot that saw it where a row names one), best first; `--robot` keeps one robot's rows. On a
+server store nothing is loaded: the server's index answers (memory/store.py). With --images BAG --sheet
+out.png, a contact sheet of the matching frames read back from the image bag by stamp, each thumbnail
+captioned with its stamp, camera and score.
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ def _features_topics(bag: Path) -> list[str]:
         return sorted({c.topic for c in reader.connections if c.msgtype == bags.FEATURES_TYPE})
 
 
-def _feature_batches(bag: Path, memory: VisualMemory, source: str, batch: int) -> Iterator[tuple[Rows, int]]:
+def _feature_batches(bag: Path, memory: VisualMemory, source: str, batch: int,
+                     robot: str = "") -> Iterator[tuple[Rows, int]]:  # fmt: skip
     """Rows of a VisualFeatures bag as recorded (camera: the features topic), and how many were read."""
     from ..preprocess.frame import stamp_to_ns
 
@@ -59,15 +62,15 @@ def _feature_batches(bag: Path, memory: VisualMemory, source: str, batch: int) -
             by_model.setdefault(item[0], []).append(item)
         for model, items in by_model.items():  # one model per batch: a mixed bag's other model is refused alone
             rows = Rows(np.stack([i[4] for i in items]), [i[1] for i in items], [i[2] for i in items],
-                        [i[3] for i in items], model, source)  # fmt: skip
+                        [i[3] for i in items], model, source, robot=robot)  # fmt: skip
             yield rows, len(items)
         pending.clear()
 
     for msg in bags.read_messages(bag, bags.FEATURES_TYPE):
         m = bags.deserialize(msg.raw, bags.FEATURES_TYPE)
         stamp = stamp_to_ns(m.header.stamp)
-        if memory.has(source, msg.topic, stamp):
-            yield Rows(np.zeros((0, 1), np.float32), [], [], [], str(m.model_id), source), 1
+        if memory.has(source, msg.topic, stamp, robot):
+            yield Rows(np.zeros((0, 1), np.float32), [], [], [], str(m.model_id), source, robot=robot), 1
             continue
         pending.append((str(m.model_id), stamp, str(m.header.frame_id), msg.topic,
                         np.asarray(m.embedding, np.float32)))  # fmt: skip
@@ -92,11 +95,11 @@ def _image_batches(args: argparse.Namespace, memory: VisualMemory, source: str) 
             print(f"index: {args.bag}: frame at {pending[i].stamp_ns} not encoded: {err}", file=sys.stderr)
         kept = [pending[i] for i in res.encoded]
         return Rows(res.vectors.reshape(len(kept), -1), [f.stamp_ns for f in kept], [f.frame_id for f in kept],
-                    [camera] * len(kept), res.model_id, source)  # fmt: skip
+                    [camera] * len(kept), res.model_id, source, robot=args.robot)  # fmt: skip
 
     for frame in iter_bag_frames(args.bag, camera):
         seen += 1
-        if memory.has(source, camera, frame.stamp_ns):  # resumed: stored already, not encoded again
+        if memory.has(source, camera, frame.stamp_ns, args.robot):  # resumed: stored already, not encoded again
             continue
         pending.append(frame)
         if len(pending) >= batch:
@@ -114,7 +117,7 @@ def index_bag(args: argparse.Namespace) -> dict:
     with VisualMemory(args.store) as memory:
         features = _features_topics(args.bag)
         if features:
-            batches, total = _feature_batches(args.bag, memory, source, args.batch), None
+            batches, total = _feature_batches(args.bag, memory, source, args.batch, args.robot), None
         else:
             total = bags.camera_source(args.bag, args.topic).messages
             batches = _image_batches(args, memory, source)
@@ -135,7 +138,7 @@ def index_bag(args: argparse.Namespace) -> dict:
             print(f"\rindex: {done['read']}{of} messages, {done['written']} written, {done['skipped']} already "
                   "stored", end="", file=sys.stderr, flush=True)  # fmt: skip
         print(file=sys.stderr)
-        done["rows"] = len(memory)
+        done["rows"] = len(memory)  # a server store: its count, every robot's rows
         done["store"] = memory.spec
     return done
 
@@ -155,6 +158,7 @@ def _index_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("bag", type=Path, help="rosbag2 of camera images, or of openclaw_vision/msg/VisualFeatures")
     p.add_argument("--topic", default=None, help="image topic (default: the bag's one camera)")
     p.add_argument("--batch", type=int, default=INDEX_BATCH, help="frames per model call")
+    p.add_argument("--robot", default="", help="the robot that recorded the bag (each row names it; default: none)")
     _store_flag(p)
     add_image_model_arguments(p)
     add_text_model_arguments(p)  # --model, --threads (the text flags are unused here)
@@ -207,9 +211,9 @@ def _run_search(args: argparse.Namespace) -> int:
                 raise ToolError(f"{memory.spec}: the store is empty; `openclaw-vision index BAG` first")
             text = load_text_encoder(args)
             matches = memory.search_text(text, args.text, args.top_k, since_ns=args.since_ns,
-                                         until_ns=args.until_ns, camera=args.camera)  # fmt: skip
+                                         until_ns=args.until_ns, camera=args.camera, robot=args.robot)  # fmt: skip
         for m in matches:
-            print(f"{m.stamp_ns} {m.camera} {m.frame_id} {m.score:.4f}")
+            print(f"{m.stamp_ns} {m.camera} {m.frame_id} {m.score:.4f}" + (f" {m.robot}" if m.robot else ""))
         if args.sheet:
             if not args.images:
                 raise ToolError("--sheet needs --images BAG (the bag the frames are read back from)")
@@ -225,6 +229,7 @@ def _search_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("text", help="what to look for, e.g. 'a forklift'")
     p.add_argument("--top-k", type=int, default=8)
     p.add_argument("--camera", default=None, help="only this camera topic")
+    p.add_argument("--robot", default=None, help="only rows this robot wrote (its memory node's `robot`)")
     p.add_argument("--since-ns", type=int, default=None, help="only frames stamped at or after this")
     p.add_argument("--until-ns", type=int, default=None, help="only frames stamped at or before this")
     p.add_argument("--images", type=Path, default=None, help="image bag to read the matching frames back from")

@@ -1,0 +1,189 @@
+"""The fleet's visual memory (issue 36) on a real `chroma run` on loopback: robots' rows visible to every
+client's next query, a server client that loads nothing, robot filters, and store and forward through a
+server outage and a SIGKILL of the node.
+
+Planted vectors (test_memory.planted): exact ranks and scores are known, so the server path's answers (its
+index's candidates, rescored exactly) are checked against exact top-k, not against themselves.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_memory import T0, _cli, _features_bag, _query, exact_top, planted, unit
+
+from openclaw_vision.memory.store import Rows, StoreUnavailable, VisualMemory
+
+
+@pytest.fixture
+def chroma(tmp_path):
+    """A `chroma run` on 127.0.0.1 of this test's own; yields its URL."""
+    from openclaw_vision.memory.server import start_server
+
+    child, url = start_server(tmp_path / "server-data", log_path=tmp_path / "chroma.log")
+    with child:
+        yield url
+
+
+def test_another_robots_rows_are_found_by_the_next_query(chroma):
+    """Robot A's client, opened before robot B wrote anything (the store did not even exist), finds every one
+    of B's rows by its exact vector, and both robots' rows by exact rank."""
+    a = VisualMemory(chroma)
+    assert a.model_id is None and a.held == 0
+    rows_b = planted(30, seed=1, source="live", robot="B")
+    assert VisualMemory(chroma).add(rows_b).written == 30
+    for i in range(30):
+        got = a.search(rows_b.vectors[i], rows_b.model_id, top_k=1)
+        assert (got[0].stamp_ns, got[0].robot, got[0].source) == (rows_b.stamps_ns[i], "B", "live")
+        assert got[0].score == pytest.approx(1.0, abs=1e-5)
+    rows_a = planted(30, seed=2, source="live", robot="A")  # the same source, cameras and stamps as B's
+    assert a.add(rows_a).written == 30 and len(a) == 60  # two robots never share an id
+    both = np.vstack([rows_a.vectors, rows_b.vectors])
+    q = unit(rows_b.vectors[3] + 0.4 * rows_a.vectors[5])
+    got = a.search(q, rows_a.model_id, top_k=6)
+    want = exact_top(Rows(both, [0] * 60, [""] * 60, [""] * 60, "m", "s"), q, 6)
+    assert [(m.robot, m.stamp_ns) for m in got] == [("A" if i < 30 else "B", T0 + (i % 30) * 1_000_000) for i in want]
+    assert [m.score for m in got] == pytest.approx((both[want] @ q).tolist(), abs=1e-5)
+
+
+def _http_calls(monkeypatch) -> list[tuple[str, int]]:
+    """Every HTTP request the chroma client makes from now on: (path, bytes of the response)."""
+    import httpx
+
+    calls: list[tuple[str, int]] = []
+    send = httpx.Client.send
+
+    def counted(self, request, *args, **kwargs):
+        resp = send(self, request, *args, **kwargs)
+        calls.append((request.url.path, len(resp.read())))
+        return resp
+
+    monkeypatch.setattr(httpx.Client, "send", counted)
+    return calls
+
+
+def test_a_server_client_loads_nothing_at_open(chroma, monkeypatch):
+    """A fresh client of a server holds no row, pages nothing, and what its open reads does not grow with the
+    rows the server holds; its queries still rank exactly."""
+    writer = VisualMemory(chroma)
+    writer.add(planted(50, seed=3, robot="r1"))
+    calls = _http_calls(monkeypatch)
+    small = VisualMemory(chroma)
+    opened_small = list(calls)
+    many = planted(3000, seed=4, robot="r2")
+    for s in range(0, 3000, 500):
+        writer.add(Rows(many.vectors[s : s + 500], many.stamps_ns[s : s + 500], many.frame_ids[s : s + 500],
+                        many.cameras[s : s + 500], many.model_id, many.source, robot="r2"))  # fmt: skip
+    calls.clear()
+    fresh = VisualMemory(chroma)
+    assert fresh.held == 0 and fresh.hot is None and small.held == 0
+    assert [path for path, _ in calls] == [path for path, _ in opened_small]  # the same requests at 50 and 3050 rows
+    assert sum(n for _, n in calls) <= sum(n for _, n in opened_small) + 64  # and no more bytes (ids differ a little)
+    assert not any(path.endswith(("/get", "/query")) for path, _ in calls)
+    assert len(fresh) == 3050
+    q = unit(many.vectors[1234] + 0.2 * many.vectors[17])
+    got = fresh.search(q, many.model_id, top_k=5, robot="r2")
+    assert [m.stamp_ns for m in got] == [many.stamps_ns[i] for i in exact_top(many, q, 5)]
+    assert fresh.held == 0  # a query keeps nothing either
+
+
+@pytest.mark.parametrize("role", ["embedded", "server"])
+def test_a_robot_filter_with_the_other_filters(role, chroma, tmp_path):
+    """Two robots' rows with the same source, cameras and stamps: each robot's own, by exact rank, alone or with
+    a camera and a window; a robot no row names: nothing."""
+    spec = chroma if role == "server" else tmp_path / "store"
+    rows = {r: planted(40, seed=10 + n, source="live", robot=r) for n, r in enumerate(("A", "B"))}
+    with VisualMemory(spec) as memory:
+        for r in rows.values():
+            memory.add(r)
+        q = unit(rows["A"].vectors[8] + rows["B"].vectors[8])
+        for robot, r in rows.items():
+            got = memory.search(q, r.model_id, top_k=4, robot=robot)
+            assert [(m.robot, m.stamp_ns) for m in got] == [(robot, r.stamps_ns[i]) for i in exact_top(r, q, 4)]
+            cams, stamps = np.array(r.cameras), np.array(r.stamps_ns)
+            mask = (cams == "/cam0/image_raw") & (stamps >= r.stamps_ns[10]) & (stamps <= r.stamps_ns[30])
+            got = memory.search(q, r.model_id, top_k=3, robot=robot, camera="/cam0/image_raw",
+                                since_ns=r.stamps_ns[10], until_ns=r.stamps_ns[30])  # fmt: skip
+            assert [m.stamp_ns for m in got] == [r.stamps_ns[i] for i in exact_top(r, q, 3, mask)]
+            assert {m.robot for m in got} == {robot}
+        assert memory.search(q, rows["A"].model_id, robot="C") == []
+
+
+def test_search_by_robot_from_the_command_line(tiny_text_model, tmp_path, capsys):
+    """One features bag indexed as two robots' (`index --robot`): both kept, `search --robot` shows one."""
+    from openclaw_vision.text.encoder import TextEncoder
+
+    prompt = TextEncoder(tiny_text_model).encode(["a forklift"])
+    v = unit(np.random.default_rng(6).standard_normal((6, prompt.dim)))
+    v[2] = prompt.vectors[0]
+    bag = tmp_path / "features"
+    _features_bag(bag, Rows(v, [T0 + i for i in range(6)], ["cam"] * 6, ["/visual_features"] * 6, prompt.model_id,
+                            "x"))  # fmt: skip
+    store = tmp_path / "store"
+    for robot in ("r1", "r2"):
+        code, out, err = _cli(capsys, "index", bag, "--store", store, "--robot", robot)
+        assert code == 0 and "6 rows written" in out, err
+    code, out, err = _cli(capsys, "search", "a forklift", "--top-k", "4", "--store", store, "--robot", "r2",
+                          "--text-model", tiny_text_model)  # fmt: skip
+    lines = [line.split() for line in out.splitlines()]
+    assert code == 0 and len(lines) == 4 and {f[4] for f in lines} == {"r2"}, err
+    assert int(lines[0][0]) == T0 + 2 and float(lines[0][3]) == pytest.approx(1.0, abs=1e-4)
+
+
+def test_a_batch_sent_again_after_a_crash_mid_forward_is_on_the_server_once(chroma, tmp_path):
+    """The forwarder's crash window: the server took a batch, the spool never heard (no ack). The next start
+    sends it again: the server holds each row once, and says they were there."""
+    from openclaw_vision.memory.spool import Spool
+
+    rows = planted(24, seed=7, source="live", robot="A")
+    spool = Spool(tmp_path / "spool", 16)
+    assert spool.put(rows) == 24
+    first = spool.peek(100)
+    assert [len(b.rows.vectors) for b in first] == [24]
+    assert VisualMemory(chroma).add(first[0].rows, cache=False).written == 24
+    spool.close()  # killed before the ack
+    spool = Spool(tmp_path / "spool", 16)
+    again = spool.peek(100)
+    assert len(spool) == 24 and again[0].rows.ids() == rows.ids()
+    counts = VisualMemory(chroma).add(again[0].rows, cache=False)
+    assert (counts.written, counts.skipped) == (0, 24)
+    assert spool.ack(again[0].last_seq) == 24 and len(spool) == 0
+    assert len(VisualMemory(chroma)) == 24
+    spool.close()
+
+
+def test_a_full_spool_refuses_rows_counts_and_logs_them(tmp_path, caplog):
+    """Past spool_max_mb the node takes what fits (in order), refuses the rest with the reason, counted and
+    logged; the rows it took are queryable from its cache while the server is down."""
+    from openclaw_vision import config
+    from openclaw_vision.children import free_port
+    from openclaw_vision.memory.spool import Spool
+    from openclaw_vision.ros.cyclone import CycloneTransport
+    from openclaw_vision.ros.memory_node import MemoryNode
+
+    url = f"http://127.0.0.1:{free_port()}"  # nobody answers there
+    cfg = config.MemoryConfig(store=url, spool=str(tmp_path / "spool"), spool_max_mb=1.0, robot="A")
+    memory = VisualMemory(url, cache_rows=100, connect=False)
+    spool = Spool(cfg.spool, cfg.spool_max_mb)
+    t = CycloneTransport("test_memory_spool_full")
+    try:
+        node = MemoryNode(cfg, t, memory, None, spool, "A")
+        v = unit(np.random.default_rng(8).standard_normal((800, 512)))  # 2 kB each: about 500 fit in 1 MiB
+        node._pending = [("m@1", T0 + i, "f", "/visual_features", v[i]) for i in range(800)]
+        with caplog.at_level("ERROR", logger="memory_node"):
+            node.flush()
+        st = node.stats()
+        assert 400 < st["spooled"] < 800 and st["spooled"] + st["refused"] == 800
+        assert st["spool_rows"] == st["spooled"] == len(spool)
+        assert "spool" in caplog.text and "is full" in caplog.text and "spool_max_mb 1" in caplog.text
+        assert 100 <= memory.held <= 100 + 100 // 8  # the cache: the newest cache_rows (and at most an eighth more)
+        last = st["spooled"] - 1
+        got, note = node.query(_query(t, vector=v[last], top_k=1))
+        assert got[0].stamp_ns == T0 + last and "did not answer" in note and st["robot"] == "A"
+        assert node.counters.snapshot()["queries_local"] == 1
+        with pytest.raises(StoreUnavailable):
+            node.forward()
+        assert len(spool) == st["spooled"]  # nothing left the spool without the server
+    finally:
+        spool.close()
+        t.close()
