@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_memory import T0, _cli, _features_bag, _query, exact_top, planted, unit
+from test_memory import DIM, T0, _cli, _features_bag, _query, exact_top, planted, unit
 
 from openclaw_vision.memory.store import Rows, StoreUnavailable, VisualMemory
 
@@ -187,3 +187,117 @@ def test_a_full_spool_refuses_rows_counts_and_logs_them(tmp_path, caplog):
     finally:
         spool.close()
         t.close()
+
+
+@pytest.mark.dds
+def test_store_and_forward_through_a_server_outage_and_a_sigkill(dds_domain, tmp_path):
+    """The memory node on a server store: rows forwarded while the server is up; the server killed, rows keep
+    coming (spooled, counted); the node SIGKILLed; the node started again before the server (it starts, and
+    waits), then the server: every row is on the server exactly once, in the node's robot's name. Then robot
+    B writes through its own client, and robot A's node finds B's rows by the next query, filtered by robot."""
+    import json
+    import signal
+
+    from dds_helpers import Inbox, wait_until
+
+    from openclaw_vision.children import free_port
+    from openclaw_vision.memory.server import start_server
+    from openclaw_vision.ros.cyclone import CycloneTransport
+    from openclaw_vision.ros.process import NodeProcess
+    from openclaw_vision.ros.types import DEFAULT, DIAGNOSTIC_ARRAY, HEADER, QUERY_MEMORY, TIME, VISUAL_FEATURES, QoS
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    data = tmp_path / "server-data"
+    rows = planted(60, seed=21, source="live", robot="A")
+    args = ["--store", url, "--robot", "A", "--spool", str(tmp_path / "spool"), "--transport", "cyclonedds",
+            "--diagnostics-period", "0.2", "--flush-period", "0.2", "--batch-rows", "8"]  # fmt: skip
+    t = CycloneTransport("test_memory_forward")
+    children: list = []
+
+    def status(msgs) -> list[dict]:
+        return [{kv.key: kv.value for kv in st.values} for m in msgs for st in m.status
+                if st.name == "memory_node: memory"]  # fmt: skip
+
+    def counted(diag: Inbox, what: str, pred) -> dict:
+        got = diag.wait_for(lambda msgs: any(pred(s) for s in status(msgs)), what=what)
+        return next(s for s in status(got) if pred(s))
+
+    def start_node(log_name: str, stats=None):
+        node = NodeProcess([*args, *(["--stats-json", str(stats)] if stats else [])], log_path=tmp_path / log_name,
+                           node="memory")  # fmt: skip
+        children.append(node)
+        feats = t.publisher("/visual_features", VISUAL_FEATURES, DEFAULT)
+        diag = Inbox()
+        sub = t.subscribe("/diagnostics", DIAGNOSTIC_ARRAY, QoS("reliable", 1), diag)
+        wait_until(lambda: (feats.matched() and sub.matched()) or not node.alive())
+        assert node.alive(), node.log_text()
+        return node, feats, diag
+
+    def send(feats, i: int) -> None:
+        s = rows.stamps_ns[i]
+        header = t.msg(HEADER)(stamp=t.msg(TIME)(sec=s // 10**9, nanosec=s % 10**9), frame_id=rows.frame_ids[i])
+        feats.publish(t.msg(VISUAL_FEATURES)(header=header, model_id=rows.model_id, dim=DIM,
+                                             embedding=t.float_array(rows.vectors[i])))  # fmt: skip
+
+    server, _ = start_server(data, port=port, log_path=tmp_path / "chroma1.log")
+    children.append(server)
+    try:
+        node, feats, diag = start_node("memory1.log")
+        for i in range(20):
+            send(feats, i)
+        counted(diag, "20 rows forwarded", lambda s: s.get("forwarded") == "20" and s.get("spool_rows") == "0")
+        server.stop()  # the server goes away
+        for i in range(20, 45):  # the server is down: the node keeps taking rows
+            send(feats, i)
+        seen = counted(diag, "45 rows spooled while the server is down",
+                       lambda s: s.get("spooled") == "45" and int(s.get("forward_failures", 0)) > 0)  # fmt: skip
+        assert seen["forwarded"] == "20" and seen["spool_rows"] == "25" and seen["refused"] == "0"
+        node.send(signal.SIGKILL)
+        node.wait(10)
+        node.stop()
+
+        stats = tmp_path / "stats.json"
+        node, feats, diag = start_node("memory2.log", stats)  # the server is still down: the node starts anyway
+        counted(diag, "the spool found again", lambda s: s.get("spool_rows") == "25")
+        for i in range(45, 60):  # and keeps taking rows
+            send(feats, i)
+        counted(diag, "60 rows in all", lambda s: s.get("spooled") == "15" and s.get("spool_rows") == "40")
+        server, _ = start_server(data, port=port, log_path=tmp_path / "chroma2.log")
+        children.append(server)
+        counted(diag, "the spool drained", lambda s: s.get("spool_rows") == "0" and s.get("forwarded") == "40")
+
+        live = Rows(
+            rows.vectors, rows.stamps_ns, rows.frame_ids, ["/visual_features"] * 60, rows.model_id, "live", robot="A"
+        )  # what the node made of them: the camera is the topic they came on
+        with VisualMemory(url) as fleet:  # every row once, as the node's robot's
+            assert len(fleet) == 60
+            got = fleet._collection.get(ids=live.ids(), include=["embeddings", "metadatas"])
+            assert sorted(got["ids"]) == sorted(live.ids())
+            order = {rid: i for i, rid in enumerate(live.ids())}
+            stored = np.asarray(got["embeddings"], np.float32)
+            want = rows.vectors[[order[rid] for rid in got["ids"]]]
+            np.testing.assert_allclose(stored, want, atol=1e-6)
+            assert {m["robot"] for m in got["metadatas"]} == {"A"}
+
+        rows_b = planted(10, seed=22, source="live", robot="B")  # robot B, after A's node opened
+        VisualMemory(url).add(rows_b)
+        cli = t.client("/query_memory", QUERY_MEMORY)
+        wait_until(cli.ready)
+        for i in (0, 7):
+            found = cli.call(_query(t, vector=rows_b.vectors[i], top_k=1), 10)
+            assert found.ok and list(found.robots) == ["B"] and found.stamps_ns[0] == rows_b.stamps_ns[i], found
+        q = unit(rows_b.vectors[2] + rows.vectors[33])
+        only_a = cli.call(_query(t, vector=q, top_k=4, robot="A"), 10)
+        assert list(only_a.robots) == ["A"] * 4
+        assert list(only_a.stamps_ns) == [rows.stamps_ns[i] for i in exact_top(rows, q, 4)]
+        assert cli.call(_query(t, vector=q, top_k=1, robot="B"), 10).stamps_ns[0] == rows_b.stamps_ns[2]
+        assert node.stop() == 0, node.log_text()
+    finally:
+        for child in children:
+            child.stop()
+        t.close()
+    st = json.loads(stats.read_text())
+    assert st["spooled"] + st["rejected"] + st["dropped"] + st["refused"] == st["received"] == 15
+    assert st["forwarded"] == st["written"] == 40 and st["spool_rows"] == 0 and st["robot"] == "A"
+    assert "does not answer" in (tmp_path / "memory1.log").read_text()
