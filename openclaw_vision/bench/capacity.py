@@ -23,7 +23,10 @@ For 1 and 4 cameras, raw rgb8 1080p and JPEG, with the sender in a process of it
   runtime's INT8 GEMM timed in the same interleaved rounds (a peak timed alone once met another
   job's load).
 - **four cameras at 30 fps**: one multi-camera node against four single-camera nodes (bench/cameras.py
-  setups), raw and JPEG.
+  setups), raw and JPEG, fed by one publisher process and by one per camera, each ratio beside the rates
+  the nodes were delivered (judged only where those are equal).
+- **what a dropped frame costs** (bench/dropcost.py): per transport, the transport's floor beside our
+  share (take, decode, validate, count), the path before newest-only beside it.
 
 The goals (bench/goals.py) are judged from ratios of this one run.
 """
@@ -371,11 +374,15 @@ def run_capacity(args, work: Path) -> dict:
             print(_line(node), flush=True)
         if 4 in cams and not args.quick:  # bench/cameras.py's two setups, as its own mode runs them
             args.camera_transport = transport
-            trials = [run_setup(setup, 4, args, bag, work / f"four-{transport}") for setup in ("multi", "single")]
+            trials = [run_setup(setup, 4, args, bag, work / f"four-{transport}", publishers)
+                      for publishers in ("one", "per-camera") for setup in ("multi", "single")]  # fmt: skip
             out["four_cameras"][transport] = {"trials": trials, "where_time_goes": where_time_goes(trials),
                                               "camera_transport": transport, "seconds": args.seconds,
                                               "warmup": args.warmup}  # fmt: skip
         args.camera_transport = None if len(transports) > 1 else transport
+    from .dropcost import run_dropcost  # what a dropped frame costs: the transport's floor beside our share
+
+    out["drop_cost"] = run_dropcost(args.quick, work)
     out["goals"] = goals(out)
     return out
 
@@ -412,6 +419,10 @@ def goals(res: dict) -> list[dict]:
     for transport, four in res["four_cameras"].items():
         for g in camera_goals(four["trials"]):
             out.append({**g, "goal": f"{transport}: {g['goal']}"})
+    if res.get("drop_cost"):
+        from .dropcost import goals as drop_goals
+
+        out += drop_goals(res["drop_cost"])
     ev = res["encode_vs_peak"]
     node_rows = [r for r in ev["rows"] if r["setup"] == ev["node_setup"]]
     batched = [r for r in node_rows if r["batch"] > 1]
@@ -457,6 +468,10 @@ def markdown(res: dict) -> list[str]:
                          f"{cap['player_cpu_ms_per_frame']}. The node's stage P50 ms (wall): {stages}")  # fmt: skip
     for four in res["four_cameras"].values():
         lines += cameras_markdown(four)
+    if res.get("drop_cost"):
+        from .dropcost import markdown as drop_markdown
+
+        lines += drop_markdown(res["drop_cost"])
     ev = res["encode_vs_peak"]
     peaks = ", ".join(f"{r} {g} GOP/s" for r, g in ev["peak_gops"].items())
     lines += ["", f"INT8 encode per frame against the runtime's INT8 GEMM peak ({peaks}; same interleaved rounds; "
