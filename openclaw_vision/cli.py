@@ -38,6 +38,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "triton-repo": ("serving.repo:COMMAND", "a Triton model repository (onnxruntime, openvino, tensorrt_plan)"),
     "ladder": ("ladder:COMMAND", "ViT-B/32 to ViT-bigG-14 on this machine: export, INT8, memory, gate, 1080p latency"),
     "demo": ("demo:COMMAND", "build the default model and a sample bag, replay it through the node"),
+    "docs": ("docs_tables:COMMAND", "write the docs' tables (parameters, flags, backends) from the code; --check"),
 }  # fmt: skip
 #: the groups' help and the attribute their chosen command is stored under
 GROUPS = {"tokenizer": ("CLIP's tokenizer files", "tokcmd"), "bag": ("rosbag2 tools", "bagcmd")}

@@ -57,11 +57,9 @@ def strip_ros_args(argv: list[str]) -> list[str]:
     return split_ros_args(argv)[0]
 
 
-def build_config(argv: list[str], prog: str, node_name: str, cls, yaml_name: str):
-    """(validated config, parsed args): defaults ← config/<yaml_name> (or --config) ← flags ← ROS parameters.
-
-    `args.ignored_ros_parameters` lists ROS parameters on the command line that are not this
-    node's keys (a robot-wide `/**` file, a typo): rclpy ignores undeclared overrides too."""
+def node_parser(prog: str, node_name: str, cls, yaml_name: str) -> argparse.ArgumentParser:
+    """A node command's flags: --config, --stats-json, --log-level and one per key of its configuration
+    (the docs' flag table reads them from here too)."""
     parser = argparse.ArgumentParser(prog=prog, description=f"Run the {node_name}.")
     parser.add_argument(
         "--config", type=Path, default=None, help=f"ROS 2 parameters YAML (default: config/{yaml_name})"
@@ -69,7 +67,15 @@ def build_config(argv: list[str], prog: str, node_name: str, cls, yaml_name: str
     parser.add_argument("--stats-json", type=Path, default=None, help="write final counters and stage times on exit")
     parser.add_argument("--log-level", default="INFO")
     cfgmod.add_arguments(parser, cls)
-    args = parser.parse_args(strip_ros_args(argv))
+    return parser
+
+
+def build_config(argv: list[str], prog: str, node_name: str, cls, yaml_name: str):
+    """(validated config, parsed args): defaults ← config/<yaml_name> (or --config) ← flags ← ROS parameters.
+
+    `args.ignored_ros_parameters` lists ROS parameters on the command line that are not this
+    node's keys (a robot-wide `/**` file, a typo): rclpy ignores undeclared overrides too."""
+    args = node_parser(prog, node_name, cls, yaml_name).parse_args(strip_ros_args(argv))
     config_file = args.config or share_path("config", yaml_name)
     overrides = {k: v for k, v in vars(args).items() if k in cls.params() and v is not None}
     ros = ros_parameters(argv, node_name)
