@@ -2,6 +2,11 @@
 real Humble (issue 27 item 4). A measurement, not a test: it prints numbers and asserts nothing.
 
     flock /tmp/openclaw-cpu.lock .venv/bin/python test/support/receive_cost.py [--fps 30] [--seconds 6]
+    flock /tmp/openclaw-cpu.lock .venv/bin/python test/support/receive_cost.py --drop [--rounds 2]
+
+`--drop`: what a *dropped* frame costs instead (bench/dropcost.py's trial: the encoder node with its
+encoder paused, four 1080p cameras at --fps), on the pip path (eager and newest-only intake) and under
+rclpy on the real Humble, each idle and beside one CPU hog per core: the transport's floor beside our share.
 
 For each transport, ros/echo.py (the encoder node's subscription, QoS and frame validation, a header
 sent back per frame, no encode) receives one camera of raw rgb8 1080p frames from the capacity bench's
@@ -34,6 +39,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--work", type=Path, default=Path("/tmp/openclaw-receive-cost"))
     p.add_argument("--rebuild", action="store_true")
+    p.add_argument("--drop", action="store_true", help="the cost of a dropped frame (bench/dropcost.py)")
+    p.add_argument("--cameras", type=int, default=4, help="--drop: cameras")
     args = p.parse_args(argv)
 
     from openclaw_vision import bags, children
@@ -48,6 +55,8 @@ def main(argv: list[str]) -> int:
     bag = args.work / "frames-raw"
     if not bag.exists():
         bags.write_sample_bag(bag, frames=PLAYER_FRAMES, fps=30.0)
+    if args.drop:
+        return drop_cost(args, ros2, bag)
     images = [image for image, _ in topics(1, False)]
     echo = ["-m", "openclaw_vision.ros.echo", *images]
     how = {
@@ -75,6 +84,26 @@ def main(argv: list[str]) -> int:
         for name, ts in rows.items()
     }  # fmt: skip
     print(json.dumps(summary, indent=2))
+    return 0
+
+
+def drop_cost(args, ros2, bag: Path) -> int:
+    """bench/dropcost.py's trials, the rclpy receiver run by the robot venv's Python in the sourced Humble."""
+    from openclaw_vision.bench import dropcost
+
+    setups = {("cyclonedds", "eager"): (None, None), ("cyclonedds", "newest"): (None, None),
+              ("rclpy", "newest"): ([str(ros2.venv / "bin" / "python")], ros2.environ())}  # fmt: skip
+    rows = []
+    for r in range(args.rounds):
+        for load in dropcost.LOADS:
+            for (transport, path), (python, env) in setups.items() if r % 2 == 0 else list(setups.items())[::-1]:
+                row = dropcost.trial(transport, path, load, args.cameras, args.fps, args.seconds, args.warmup, bag,
+                                     args.work / f"drop-{transport}-{path}-{load}-{r}", python, env)  # fmt: skip
+                rows.append(row)
+                print(dropcost.line(row), flush=True)
+    res = {"cameras": args.cameras, "fps": args.fps, "seconds": args.seconds, "warmup": args.warmup, "rows": rows,
+           "rclpy": "Humble's rclpy with rmw_cyclonedds_cpp"}  # fmt: skip
+    print("\n".join(dropcost.markdown(res)))
     return 0
 
 
