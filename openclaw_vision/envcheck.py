@@ -7,8 +7,8 @@ requires numpy >= 1.21.6 (PyPI metadata), so `pip install onnxruntime` (also ros
 `pip install -U`, rosdep2/platforms/pip.py) installs the newest numpy, 2.x, in pip's
 site-packages, ahead of Jammy's; `import cv2` then fails, and so do the numpy-using message
 modules rosidl generated against 1.21. numpy 1.x keeps the C ABI for modules built against older
-1.x: pinning `numpy>=1.21.6,<2` satisfies onnxruntime and keeps Jammy's cv2 working. The README
-("On a robot with ROS 2 Humble") installs that in a venv made with --system-site-packages.
+1.x: pinning `numpy>=1.21.6,<2` satisfies onnxruntime and keeps Jammy's cv2 working. The robot
+set-up (README "On the robot"; docs/robot-and-dds.md) installs that in a venv made with --system-site-packages.
 
 Imports only the standard library at module level: it runs before anything that needs numpy.
 """

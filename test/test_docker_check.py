@@ -1,8 +1,8 @@
 """The Humble interop check (docker/): what it relies on, checked here where no Docker engine runs.
 
-The check itself needs Docker and the ros:humble image (README, "What ran here on a real Humble …"); these tests
-keep its scripts runnable (shell syntax), its names equal to the code's (topics, types, the
-diagnostics status), its files where the Dockerfile looks for them, and its bag one Humble reads.
+The check itself needs Docker and the ros:humble image (docs/robot-and-dds.md, "What ran here on a real
+Humble …"); these tests keep its scripts runnable (shell syntax), its names equal to the code's (topics,
+types, the diagnostics status), its files where the Dockerfile looks for them, and its bag one Humble reads.
 """
 
 from __future__ import annotations

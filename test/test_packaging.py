@@ -55,7 +55,7 @@ def test_every_dependency_is_a_humble_package_or_a_rosdep_key():
 
 def test_no_dependency_is_installed_by_an_unpinned_pip_step():
     """rosdep installs a `-pip` key with `pip install -U <name>` (rosdep2/platforms/pip.py): no
-    version pin is possible, and onnxruntime's pulls numpy 2.x over Jammy's (README, Jammy)."""
+    version pin is possible, and onnxruntime's pulls numpy 2.x over Jammy's (docs/robot-and-dds.md, Jammy)."""
     keys = yaml.safe_load((ROOT / "test" / "rosdep_keys.yaml").read_text())
     for dep in _all_dependencies(_package()):
         assert not dep.endswith("-pip") and "pip" not in keys["system_keys"].get(dep, {}).get("ubuntu", ""), dep

@@ -5,8 +5,8 @@ by DDS when it goes wrong, so the nodes check them here and say the fix in one l
 
 - **The socket receive buffer.** A best-effort 1080p rgb8 frame is 6 MB of UDP datagrams sent
   back to back; whatever of it does not fit the receiving socket's buffer is dropped by the
-  kernel and the whole frame is lost, without a DDS sample-lost report (README, "Frames DDS
-  can lose without telling"). Cyclone asks for `Internal/SocketReceiveBufferSize`, and the
+  kernel and the whole frame is lost, without a DDS sample-lost report (docs/robot-and-dds.md,
+  "Cyclone DDS on the robot"). Cyclone asks for `Internal/SocketReceiveBufferSize`, and the
   kernel grants at most `net.core.rmem_max`.
 - **ROS_LOCALHOST_ONLY=1.** Humble's rmw_cyclonedds_cpp then puts
   `<NetworkInterface address="127.0.0.1"/>` ahead of CYCLONEDDS_URI itself; a configuration that

@@ -63,7 +63,7 @@ def test_an_rclpy_client_queries_the_rclpy_memory_node(ros2, node_params, tiny_t
     assert "transport: rclpy" in proc.output()
     try:
         check(plan, _run_client(ros2, plan, tmp_path, ros2.environ()))
-        # the README's line: `ros2 service call` with a text query
+        # docs/memory.md's line: `ros2 service call` with a text query
         called = ros2.run("ros2", "service", "call", "/query_memory", "openclaw_vision/srv/QueryMemory",
                           "{text: 'a forklift', top_k: 1}", timeout=60).stdout  # fmt: skip
         assert "ok=True" in called and str(plan["stamps_ns"][4]) in called, called

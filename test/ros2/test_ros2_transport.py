@@ -13,7 +13,7 @@
 - an image callback that raises under rclpy: logged and counted, and the node goes on encoding.
 
 Frame counts are small: each check is about what arrives and what it carries, not throughput
-(the loss measurements are in the README, "Frames DDS can lose without telling").
+(the loss measurements are in docs/robot-and-dds.md, "Cyclone DDS on the robot").
 """
 
 from __future__ import annotations

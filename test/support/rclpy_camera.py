@@ -1,6 +1,6 @@
 """A camera as robots have one: an rclpy node publishing sensor_msgs/Image at a fixed rate.
 
-Run in a sourced Humble (the `ros2` tier, or by hand for the loss measurements in the README):
+Run in a sourced Humble (the `ros2` tier, or by hand for the loss measurements in docs/robot-and-dds.md):
 
     python3 rclpy_camera.py OUT.json [--count 60] [--fps 10] [--encoding rgb8] [--qos sensor|reliable]
                             [--topic /camera/image_raw] [--subscribers 1] [--size 1920x1080]
