@@ -302,7 +302,7 @@ def test_bench_memory_mode_reports_every_size_and_judges_the_goals(monkeypatch):
     from openclaw_vision.bench.report import markdown
 
     monkeypatch.setattr(bench_memory, "STORE_MAX_ROWS", 600)
-    res = bench_memory.run_memory(True, sizes=(600, 1200), server=False)
+    res = bench_memory.run_memory(True, sizes=(600, 1200), server=False, fleet=False)
     stored, hot_only = res["memory"]["sizes"]
     assert stored["store"] and not hot_only["store"]
     assert stored["recall_at_10"]["hot"] == 1.0 and hot_only["recall_at_10"]["hot"] == 1.0

@@ -301,3 +301,23 @@ def test_store_and_forward_through_a_server_outage_and_a_sigkill(dds_domain, tmp
     assert st["spooled"] + st["rejected"] + st["dropped"] + st["refused"] == st["received"] == 15
     assert st["forwarded"] == st["written"] == 40 and st["spool_rows"] == 0 and st["robot"] == "A"
     assert "does not answer" in (tmp_path / "memory1.log").read_text()
+
+
+def test_bench_fleet_section_accounts_for_every_robots_rows(monkeypatch):
+    """A small run of the bench's fleet section (no timing is asserted): robot processes' rows all written, the
+    server path's recall against exact top-k, a fresh client that holds nothing, the goals judged at 1M rows."""
+    from openclaw_vision.bench import memory as bench_memory
+
+    monkeypatch.setattr(bench_memory, "QUICK_FLEET_SECONDS", 2.0)
+    monkeypatch.setattr(bench_memory, "QUICK_FLAT_OUT_SECONDS", 1.0)
+    fleet = bench_memory.run_fleet(True, fills=(600,), writers=(1, 2))
+    (fill,) = fleet["fills"]
+    assert fill["rows"] == 600 and fill["recall_at_10"] >= 0.9 and fill["query"]["queries"] == 30
+    assert fill["fresh_client"]["held_rows"] == 0
+    assert [w["writers"] for w in fleet["writers"]] == [1, 2]
+    for w in fleet["writers"]:
+        assert w["paced"]["written"] == w["paced"]["offered"] == w["writers"] * 60 and w["paced"]["kept_up"]
+        assert w["flat_out_rows_per_s"] > 0 and w["paced"]["query_under_load"]["queries"] > 0
+    assert [g["met"] for g in fleet["goals"]] == [False, False, False]  # 600 rows and 2 writers are not the goal's
+    text = "\n".join(bench_memory.fleet_markdown(fleet))
+    assert "| 600 |" in text and "| 2 | " in text

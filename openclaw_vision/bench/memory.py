@@ -8,12 +8,24 @@ resident memory of a fresh process that opens the store (loading the hot layer),
 The vectors are what cameras make: 8 random walks on the unit sphere (consecutive frames are near each
 other), queries near stored frames plus noise. A size whose store insert would not fit the time is
 measured on the hot layer alone and says so (`store: false`).
+
+The fleet section (`run_fleet`; alone: `python -m openclaw_vision.bench.memory fleet [--quick]`): one `chroma
+run` server filled to 100k and then 1M rows; at each fill, a fresh client's open time and RSS growth (a process
+of its own), the server path's query P50/P99 and recall@10 against exact NumPy top-k (and the index's own,
+without the extra candidates and rescoring); then N robot processes (N = 1, 4, 8), each writing one camera at
+30 fps of 512-d rows in one-second batches (what a memory node's forwarder sends) while a querier in this
+process runs queries, for the rows each robot got written and its backlog; then the same N flat out, for
+where the server's write path saturates. A querier's vectors stand in for a text tower's (one search each;
+encoding the text is the text tower's cost, measured elsewhere).
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -34,6 +46,18 @@ GOAL_ROWS = 100_000
 QUERIES = 200
 K = 10
 RSS_TIMEOUT_S = 600
+#: the fleet section: robot processes per run, server fills queried, seconds of paced (30 fps) and flat-out writes
+FLEET_WRITERS, QUICK_FLEET_WRITERS = (1, 4, 8), (1, 2)
+FLEET_FILLS, QUICK_FLEET_FILLS = (100_000, 1_000_000), (2_000,)
+FLEET_SECONDS, QUICK_FLEET_SECONDS = 30.0, 3.0
+FLAT_OUT_SECONDS, QUICK_FLAT_OUT_SECONDS = 10.0, 2.0
+FLEET_QUERIES, QUICK_FLEET_QUERIES = 300, 30
+#: rows per add while the server is filled (the engine's batch limit is larger; this keeps progress visible)
+FILL_BATCH = 5000
+#: a robot's batch: one second of its camera (the memory node's flush_period), or flat out this many rows a call
+FLAT_OUT_BATCH = 240
+#: the issue's goals for a fleet server (issue 36), judged at the largest fill measured
+FLEET_GOALS = {"open_s": 2.0, "open_rss_mb": 100.0, "query_p99_ms": 50.0, "recall_at_10": 0.95}
 
 
 def camera_vectors(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, list[str]]:
@@ -152,8 +176,9 @@ def measure_size(n: int, folder: Path, quick: bool, server_url: str | None = Non
     return out, variants
 
 
-def run_memory(quick: bool, sizes: tuple[int, ...] | None = None, server: bool = True) -> dict:
-    """Every size, then the goals (judged at GOAL_ROWS, or the largest store size measured)."""
+def run_memory(quick: bool, sizes: tuple[int, ...] | None = None, server: bool = True, fleet: bool = True) -> dict:
+    """Every size, then the fleet section (`run_fleet`), then the goals (judged at GOAL_ROWS, or the largest store
+    size measured; the fleet's at its largest fill)."""
     from ..memory.server import start_server
 
     sizes = sizes or (QUICK_SIZES if quick else SIZES)
@@ -176,7 +201,9 @@ def run_memory(quick: bool, sizes: tuple[int, ...] | None = None, server: bool =
             variants += vs
     recs = summarise(variants)
     mem = {"sizes": results, "server": server_row, "cameras_fps": CAMERAS * FPS}
-    mem["goals"] = goals(mem, recs)
+    if fleet:
+        mem["fleet"] = run_fleet(quick)
+    mem["goals"] = goals(mem, recs) + (mem["fleet"]["goals"] if fleet else [])
     return {"memory": mem, "variants": recs}
 
 
@@ -228,9 +255,282 @@ def markdown(mem: dict) -> list[str]:
             f"| {name} | {s['insert_rows_per_s']:,} | {r['hot']} / {r.get('engine-hnsw', '-')} | "
             f"{s.get('rss_open_mb', '-')} | {disk} |"
         )
+    if mem.get("fleet"):
+        lines += fleet_markdown(mem["fleet"])
     return lines
 
 
+# -- the fleet: many robots, one server -------------------------------------------------------------------------
+
+
+def _percentiles(ms: list[float]) -> dict:
+    return {"p50_ms": round(float(np.percentile(ms, 50)), 2), "p99_ms": round(float(np.percentile(ms, 99)), 2),
+            "queries": len(ms)} if ms else {"p50_ms": None, "p99_ms": None, "queries": 0}  # fmt: skip
+
+
+def _open_child(url: str) -> None:
+    """A fresh process: open a client of the server and answer one query; what that cost (JSON on stdout)."""
+    import chromadb  # noqa: F401 - the library is not the client's holding: imported before the first figure
+
+    from ..memory.store import VisualMemory
+    from ..phases import rss_mb
+
+    rss_before = rss_mb()
+    t0 = time.perf_counter()
+    memory = VisualMemory(url)
+    open_s = time.perf_counter() - t0
+    rss_open = rss_mb()
+    q = camera_vectors(1, seed=99)[0][0]
+    t1 = time.perf_counter()
+    memory.search(q, memory.model_id or "", K)
+    print(json.dumps({"open_s": round(open_s, 3), "open_rss_mb": round(rss_open - rss_before, 1),
+                      "first_query_ms": round((time.perf_counter() - t1) * 1e3, 1),
+                      "rss_after_query_mb": round(rss_mb() - rss_before, 1), "held_rows": memory.held}))  # fmt: skip
+
+
+def fresh_client(url: str) -> dict:
+    """Open time and RSS growth of a fresh process's client of `url` (never measured inside a long run)."""
+    done = children.run(children.python("-m", "openclaw_vision.bench.memory", "open", url), timeout=RSS_TIMEOUT_S)
+    if not done.ok:
+        raise RuntimeError(f"a fresh client of {url}: the child {done.how}:\n{done.tail()}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _robot_child(url: str, name: str, seconds: float, fps: float, seed: int) -> None:
+    """One robot writing one camera's rows to the server: `fps` rows a second in one-second batches (fps 0: flat
+    out, FLAT_OUT_BATCH rows a call) for `seconds`; what it offered and got written (JSON on stdout)."""
+    from ..memory.store import Rows, VisualMemory
+
+    memory = VisualMemory(url)
+    rng = np.random.default_rng(seed)
+    at = rng.standard_normal(DIM).astype(np.float32)
+    stamp0 = 1_800_000_000_000_000_000 + seed * 10**12
+    sent = written = 0
+    backlog_max = 0
+    t0 = time.perf_counter()
+
+    def batch(n: int) -> Rows:
+        nonlocal at
+        steps = rng.standard_normal((n, DIM)).astype(np.float32) * np.float32(0.15)
+        walk = at + np.cumsum(steps, axis=0)
+        at = walk[-1]
+        v = walk / np.linalg.norm(walk, axis=1, keepdims=True)
+        stamps = [stamp0 + (sent + i) * (10**9 // 30) for i in range(n)]
+        return Rows(v, stamps, ["cam"] * n, ["/cam/image_raw"] * n, "bench@512", "fleet", robot=name)
+
+    while True:
+        elapsed = time.perf_counter() - t0
+        if fps:
+            due = int(min(elapsed, seconds) * fps)
+            n = due - sent
+            backlog_max = max(backlog_max, n)
+        else:
+            n = FLAT_OUT_BATCH if elapsed < seconds else 0
+        if n:
+            written += memory.add(batch(n), cache=False).written
+            sent += n
+        if elapsed >= seconds:
+            break
+        if fps:
+            time.sleep(max(0.0, 1.0 - (time.perf_counter() - t0) % 1.0))  # the next one-second batch
+    print(json.dumps({"robot": name, "offered": int(seconds * fps) if fps else sent, "sent": sent,
+                      "written": written, "seconds": round(time.perf_counter() - t0, 3),
+                      "backlog_max_rows": backlog_max}))  # fmt: skip
+
+
+def _writers(url: str, n: int, seconds: float, fps: float, folder: Path, qs: np.ndarray | None) -> dict:
+    """`n` robot processes writing at once (paced at `fps`, or flat out), a querier here meanwhile; the totals."""
+    from ..memory.store import VisualMemory
+
+    robots = [children.Child(children.python("-m", "openclaw_vision.bench.memory", "robot", url, f"robot{i}",
+                                             str(seconds), str(fps), str(1000 * n + i + (0 if fps else 500))),
+                             log_path=folder / f"robot{n}-{i}-{'paced' if fps else 'flat'}.log")
+              for i in range(n)]  # fmt: skip
+    ms: list[float] = []
+    done = threading.Event()
+
+    def querier() -> None:
+        memory = VisualMemory(url)
+        i = 0
+        while not done.is_set():
+            t = time.perf_counter()
+            memory.search(qs[i % len(qs)], "bench@512", K)
+            ms.append((time.perf_counter() - t) * 1e3)
+            i += 1
+
+    q = threading.Thread(target=querier, daemon=True) if qs is not None else None
+    try:
+        if q:
+            q.start()
+        for r in robots:
+            r.wait(seconds + 600)
+    finally:
+        done.set()
+        if q:
+            q.join(60)
+        for r in robots:
+            r.stop()
+    out = []
+    for r in robots:
+        lines = [line for line in r.log_text().splitlines() if line.startswith("{")]
+        if not lines:
+            raise RuntimeError(f"robot writer {r.argv[-4]}: {r.how}:\n{r.log_text()[-2000:]}")
+        out.append(json.loads(lines[-1]))
+    wall = max(o["seconds"] for o in out)
+    res = {"writers": n, "offered": sum(o["offered"] for o in out), "written": sum(o["written"] for o in out),
+           "rows_per_s": round(sum(o["written"] for o in out) / wall, 1),
+           "backlog_max_rows": max(o["backlog_max_rows"] for o in out)}  # fmt: skip
+    if fps:  # kept up: every robot got its rows written, never more than two batches behind
+        res["kept_up"] = res["written"] == res["offered"] and res["backlog_max_rows"] <= 2 * fps
+        res["query_under_load"] = _percentiles(ms)
+    return res
+
+
+def _fill(url: str, v: np.ndarray, stamps: np.ndarray, cams: list[str], start: int, stop: int) -> float:
+    """Rows start..stop of the camera walks into the server (robot "fill"); rows/s."""
+    from ..memory.store import Rows, VisualMemory
+
+    memory = VisualMemory(url)
+    t0 = time.perf_counter()
+    for s in range(start, stop, FILL_BATCH):
+        e = min(stop, s + FILL_BATCH)
+        memory.add(Rows(v[s:e], stamps[s:e], ["cam"] * (e - s), cams[s:e], "bench@512", "bench", robot="fill"),
+                   cache=False)  # fmt: skip
+        print(f"\rbench memory fleet: {e:,} rows on the server", end="", file=sys.stderr, flush=True)
+    print(file=sys.stderr)
+    return round((stop - start) / max(1e-9, time.perf_counter() - t0), 1)
+
+
+def run_fleet(quick: bool, fills: tuple[int, ...] | None = None, writers: tuple[int, ...] | None = None) -> dict:
+    """The fleet table: per fill, a fresh client's open and the server path's queries; then per N, paced and
+    flat-out writers with a querier (see the module's docstring)."""
+    from ..memory.server import start_server
+    from ..memory.store import VisualMemory, candidates
+
+    fills = fills or (QUICK_FLEET_FILLS if quick else FLEET_FILLS)
+    writers = writers or (QUICK_FLEET_WRITERS if quick else FLEET_WRITERS)
+    seconds = QUICK_FLEET_SECONDS if quick else FLEET_SECONDS
+    flat_seconds = QUICK_FLAT_OUT_SECONDS if quick else FLAT_OUT_SECONDS
+    n_queries = QUICK_FLEET_QUERIES if quick else FLEET_QUERIES
+    v, stamps, cams = camera_vectors(max(fills))
+    out: dict = {"fills": [], "writers": [], "fps_per_robot": FPS, "candidates_at_10": candidates(K)}
+    with tempfile.TemporaryDirectory(prefix="openclaw-memory-fleet-") as tmp:
+        folder = Path(tmp)
+        child, url = start_server(folder / "server-data", log_path=folder / "chroma.log")
+        with child:
+            done = 0
+            for n in fills:
+                print(f"bench memory fleet: filling the server to {n:,} rows ...", file=sys.stderr, flush=True)
+                fill_rate = _fill(url, v, stamps, cams, done, n)
+                done = n
+                qs = queries(v[:n])[:n_queries]
+                exact = [set(numpy_top(v[:n], q).tolist()) for q in qs]
+                memory = VisualMemory(url)
+                row_of = {int(s): i for i, s in enumerate(stamps[:n])}
+                for q in qs[:5]:  # warm: the client's connection, the server's caches
+                    memory.search(q, "bench@512", K)
+                ms, got = [], []
+                for q in qs:
+                    t = time.perf_counter()
+                    got.append(memory.search(q, "bench@512", K))
+                    ms.append((time.perf_counter() - t) * 1e3)
+                index_only = [memory._collection.query(query_embeddings=q[None], n_results=K, include=[])["ids"][0]
+                              for q in qs]  # fmt: skip
+                recall = np.mean(
+                    [len({row_of[m.stamp_ns] for m in g} & e) / K for g, e in zip(got, exact, strict=True)]
+                )
+                recall_index = np.mean([len({int(i.rsplit("|", 1)[1]) for i in ids} & {int(stamps[j]) for j in e}) / K
+                                        for ids, e in zip(index_only, exact, strict=True)])  # fmt: skip
+                out["fills"].append({"rows": n, "fill_rows_per_s": fill_rate, "query": _percentiles(ms),
+                                     "recall_at_10": round(float(recall), 4),
+                                     "recall_at_10_index_only": round(float(recall_index), 4),
+                                     "fresh_client": fresh_client(url)})  # fmt: skip
+            qs = queries(v[: fills[-1]])[:n_queries]
+            for n in writers:
+                print(f"bench memory fleet: {n} robot(s) at {FPS} fps, then flat out ...", file=sys.stderr, flush=True)
+                paced = _writers(url, n, seconds, FPS, folder, qs)
+                flat = _writers(url, n, flat_seconds, 0.0, folder, None)
+                out["writers"].append({"writers": n, "server_rows": fills[-1], "paced": paced,
+                                       "flat_out_rows_per_s": flat["rows_per_s"]})  # fmt: skip
+    rates = [w["flat_out_rows_per_s"] for w in out["writers"]]
+    # saturated: the first N whose flat-out total is within 10 % of the previous N's (more robots, no more rows)
+    out["saturates_at_writers"] = next((out["writers"][i]["writers"] for i in range(1, len(rates))
+                                        if rates[i] < 1.1 * rates[i - 1]), None)  # fmt: skip
+    out["goals"] = fleet_goals(out)
+    return out
+
+
+def fleet_goals(fleet: dict) -> list[dict]:
+    """The issue's fleet goals, judged at the largest fill and the most writers measured."""
+    if not fleet.get("fills"):
+        return []
+    at = fleet["fills"][-1]
+    n, fresh, g = at["rows"], at["fresh_client"], FLEET_GOALS
+    rows = [
+        row(f"a fresh client of the server opens in <= {g['open_s']:g} s, RSS growth <= {g['open_rss_mb']:g} MB "
+            "(at 1,000,000 rows)", f"{fresh['open_s']} s, {fresh['open_rss_mb']} MB at {n:,} rows",
+            fresh["open_s"] <= g["open_s"] and fresh["open_rss_mb"] <= g["open_rss_mb"] and n >= 1_000_000),
+        row(f"server query P99 <= {g['query_p99_ms']:g} ms, recall@10 >= {g['recall_at_10']:g} (at 1,000,000 rows)",
+            f"P99 {at['query']['p99_ms']} ms, recall@10 {at['recall_at_10']} at {n:,} rows",
+            (at["query"]["p99_ms"] or 1e9) <= g["query_p99_ms"] and at["recall_at_10"] >= g["recall_at_10"]
+            and n >= 1_000_000),
+    ]  # fmt: skip
+    most = max(fleet["writers"], key=lambda w: w["writers"], default=None)
+    if most is not None:
+        p = most["paced"]
+        rows.append(row(f"8 writers at {FPS} fps each sustained, nothing lost",
+                        f"{most['writers']} writers: {p['written']:,} of {p['offered']:,} rows written, backlog "
+                        f"at most {p['backlog_max_rows']} rows", p["kept_up"] and most["writers"] >= 8))  # fmt: skip
+    return rows
+
+
+def fleet_markdown(fleet: dict) -> list[str]:
+    lines = ["", f"Fleet: one Chroma server (its HNSW index, {fleet['candidates_at_10']} candidates rescored exactly "
+             "for a top 10):", "",
+             "| server rows | query P50 / P99 ms | recall@10 (rescored / index alone) | fresh client open s "
+             "| open RSS MB |",
+             "|---|---|---|---|---|"]  # fmt: skip
+    for f in fleet["fills"]:
+        c = f["fresh_client"]
+        lines.append(f"| {f['rows']:,} | {f['query']['p50_ms']} / {f['query']['p99_ms']} | {f['recall_at_10']} / "
+                     f"{f['recall_at_10_index_only']} | {c['open_s']} | {c['open_rss_mb']} |")  # fmt: skip
+    lines += ["", f"| robots ({fleet['fps_per_robot']} fps each) | rows/s written | kept up | backlog max | "
+              "query P50 / P99 ms meanwhile | flat-out rows/s |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for w in fleet["writers"]:
+        p, q = w["paced"], w["paced"]["query_under_load"]
+        kept = "yes" if p["kept_up"] else "NO"
+        lines.append(f"| {w['writers']} | {p['rows_per_s']} | {kept} | {p['backlog_max_rows']} | {q['p50_ms']} / "
+                     f"{q['p99_ms']} | {w['flat_out_rows_per_s']} |")  # fmt: skip
+    sat = fleet.get("saturates_at_writers")
+    lines.append("")
+    lines.append(f"Flat-out writes stop growing at {sat} writers." if sat else
+                 "Flat-out writes still grew with the last writer count measured.")  # fmt: skip
+    return lines
+
+
+def main(argv: list[str]) -> int:
+    """`fleet [--quick] [--json PATH]`: the fleet section alone; `open URL`, `robot ...`, `rss STORE`: children."""
+    if argv[:1] == ["rss"]:
+        _rss_child(argv[1])
+    elif argv[:1] == ["open"]:
+        _open_child(argv[1])
+    elif argv[:1] == ["robot"]:
+        _robot_child(argv[1], argv[2], float(argv[3]), float(argv[4]), int(argv[5]))
+    else:
+        p = argparse.ArgumentParser(prog="python -m openclaw_vision.bench.memory")
+        p.add_argument("what", choices=["fleet"])
+        p.add_argument("--quick", action="store_true", help="small fills, 1 and 2 writers, seconds not minutes")
+        p.add_argument("--json", type=Path, default=None, help="write the results here too")
+        args = p.parse_args(argv)
+        fleet = run_fleet(args.quick)
+        print("\n".join(fleet_markdown(fleet)))
+        for g in fleet["goals"]:
+            print(f"- {'met' if g['met'] else 'NOT met'}: {g['goal']}: {g['measured']}")
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(fleet, indent=2))
+    return 0
+
+
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["rss"]:
-        _rss_child(sys.argv[2])
+    sys.exit(main(sys.argv[1:]))
