@@ -130,6 +130,34 @@ def test_search_by_robot_from_the_command_line(tiny_text_model, tmp_path, capsys
     assert int(lines[0][0]) == T0 + 2 and float(lines[0][3]) == pytest.approx(1.0, abs=1e-4)
 
 
+def test_a_server_that_hangs_is_an_error_not_a_hang(tmp_path, monkeypatch):
+    """A server stopped mid-run (SIGSTOP: it holds its socket and answers nothing) makes each call fail with
+    StoreUnavailable after the call timeout, and a client opened meanwhile fails too; once the server runs
+    again the same client answers (it connects again), with exact ranks."""
+    import signal
+
+    from openclaw_vision.memory import store
+    from openclaw_vision.memory.server import start_server
+
+    monkeypatch.setattr(store, "SERVER_TIMEOUT_S", 2.0)
+    monkeypatch.setattr(store, "CONNECT_TIMEOUT_S", 2.0)
+    rows = planted(30, seed=9, robot="A")
+    child, url = start_server(tmp_path / "server-data", log_path=tmp_path / "chroma.log")
+    with child:
+        memory = VisualMemory(url)
+        memory.add(rows)
+        child.send(signal.SIGSTOP)
+        try:
+            with pytest.raises(StoreUnavailable, match="a query failed"):
+                memory.search(rows.vectors[4], rows.model_id, top_k=1)
+            with pytest.raises(StoreUnavailable, match="no Chroma server answers"):
+                VisualMemory(url)
+        finally:
+            child.send(signal.SIGCONT)
+        got = memory.search(rows.vectors[4], rows.model_id, top_k=3)
+        assert [m.stamp_ns for m in got] == [rows.stamps_ns[i] for i in exact_top(rows, rows.vectors[4], 3)]
+
+
 def test_a_batch_sent_again_after_a_crash_mid_forward_is_on_the_server_once(chroma, tmp_path):
     """The forwarder's crash window: the server took a batch, the spool never heard (no ack). The next start
     sends it again: the server holds each row once, and says they were there."""

@@ -68,6 +68,9 @@ HNSW = {"space": "ip", "ef_construction": 40, "max_neighbors": 8, "ef_search": 6
 SERVER_HNSW = {"space": "ip", "ef_construction": 128, "max_neighbors": 16, "ef_search": 128}
 #: rows read from the engine per call when the hot layer is loaded
 LOAD_PAGE = 5000
+#: seconds a server call may take, and its connection: chromadb's HTTP client waits forever by default, and a
+#: server that hangs (stopped, or a network that drops packets) would stall a robot's forwarder and queries
+SERVER_TIMEOUT_S, CONNECT_TIMEOUT_S = 30.0, 5.0
 #: the fewest candidates a server query asks its index for (then rescored exactly); see `candidates`
 MIN_CANDIDATES = 40
 
@@ -232,11 +235,20 @@ def _client(spec: str | Path):
     settings = Settings(anonymized_telemetry=False)
     if is_server(spec):
         logging.getLogger("httpx").setLevel(logging.WARNING)  # else one INFO line per request, at camera rate
+        import urllib.request
+
+        import httpx
+
         url = urlparse(str(spec))
         port = url.port or (443 if url.scheme == "https" else 8000)
-        try:
-            client = chromadb.HttpClient(host=url.hostname or "127.0.0.1", port=port, ssl=url.scheme == "https",
-                                         settings=settings)  # fmt: skip
+        host = url.hostname or "127.0.0.1"
+        try:  # first a heartbeat of our own, bounded: the client's constructor calls the server without a timeout
+            with urllib.request.urlopen(f"{url.scheme}://{host}:{port}/api/v2/heartbeat", timeout=CONNECT_TIMEOUT_S):
+                pass
+            client = chromadb.HttpClient(host=host, port=port, ssl=url.scheme == "https", settings=settings)
+            session = getattr(getattr(client, "_server", None), "_session", None)  # chromadb's httpx.Client
+            if session is not None:
+                session.timeout = httpx.Timeout(SERVER_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
             client.heartbeat()
         except Exception as err:
             raise StoreUnavailable(f"{spec}: no Chroma server answers there ({type(err).__name__}: {err})") from err
