@@ -4,6 +4,11 @@ latency}, measured side by side in one run, printed as JSON and markdown.
 
     flock /tmp/openclaw-cpu.lock .venv/bin/python scripts/int8_figures.py --models ViT-B-32 [--frames 48]
         [--profiles none clip-like ...] [--heldout 0] [--out /tmp/int8-figures] [--json figures.json]
+        [--no-latency | --latency-only figures.json]
+
+A big tower's accuracy columns take about 15 minutes per profile on two cores (ViT-L/14) and do not depend on
+what else runs; latency does. `--no-latency` skips it, `--latency-only` redoes it later from the models the run
+left in `--out`, on quiet cores.
 
 For each architecture and each outlier profile (quant/profiles.py; `none` is the random-init export):
 
@@ -25,6 +30,7 @@ every speed is a ratio measured side by side. nncf is a tools/bench extra, never
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import time
@@ -48,8 +54,7 @@ log = logging.getLogger("int8_figures")
 WRITE_ANYWAY = GateSpec(mean_cosine=-1.0, min_cosine=-1.0, nn_agreement=0.0, zero_shot_top1=0.0)
 
 
-def fp32_model(name: str, profile: str, folder: Path) -> Path:
-    path = folder / f"{name}.{profile}.fp32.onnx"
+def fp32_model(name: str, profile: str, path: Path) -> Path:
     if not path.exists():
         if profile == "none":
             export_model(name, path)
@@ -116,6 +121,48 @@ def latency(models: dict[str, Path], image_size: int, threads: int, budget_s: fl
     return out
 
 
+def group_models(folder: Path, name: str, profile: str) -> dict[str, Path]:
+    """The models one profile's latency group times: FP32, the three INT8 variants and, beside a profile, the
+    architecture's own INT8 model without outliers (`none`, ours): the files `run_arch` wrote."""
+    stem = folder / f"{name}.{profile}"
+    models = {"fp32": Path(f"{stem}.fp32.onnx"), "plain": Path(f"{stem}.plain.int8.onnx"),
+              "ours": Path(f"{stem}.ours.int8.onnx"), "nncf": Path(f"{stem}.nncf.int8.xml")}  # fmt: skip
+    if profile != "none":
+        models["ours, no outliers"] = folder / f"{name}.none.ours.int8.onnx"
+    return models
+
+
+def measure_group(folder: Path, name: str, profile: str, image_size: int, args) -> dict[str, dict[str, float]]:
+    return latency(group_models(folder, name, profile), image_size, args.threads, args.latency_budget_s)
+
+
+def latency_fields(lat: dict[str, dict[str, float]], variant: str) -> dict[str, float]:
+    """A row's latency columns, every one a ratio within its group (`none`: its own INT8 is the no-outlier base)."""
+    if not lat:
+        return {}
+    base_b1 = lat.get("ours, no outliers", lat["ours"])["b1_ms"]
+    own = lat[variant]
+    return {**own, "speed_vs_no_outliers": round(base_b1 / own["b1_ms"], 3),
+            "speed_vs_fp32": round(lat["fp32"]["b1_ms"] / own["b1_ms"], 3),
+            "latency_vs_nncf_b1": round(own["b1_ms"] / lat["nncf"]["b1_ms"], 3),
+            "latency_vs_nncf_b8": round(own["b8_ms"] / lat["nncf"]["b8_ms"], 3)}  # fmt: skip
+
+
+def remeasure(rows: list[dict], args) -> list[dict]:
+    """The latency columns again, from the models an earlier run left in `--out`: accuracy and INT8 share take
+    an hour per big tower and do not depend on what else runs, latency does, so it can be redone alone on quiet
+    cores (the accuracy columns are kept as they were)."""
+    out = []
+    for (name, profile), group in itertools.groupby(rows, key=lambda r: (r["model"], r["profile"])):
+        group = list(group)
+        lat = measure_group(args.out / name, name, profile, int(group[0].get("image_size", 224)), args)
+        for r in group:
+            r = {**r, **latency_fields(lat, r["variant"])}
+            out.append(r)
+            print(json.dumps(r), flush=True)
+    return out
+
+
 def _metrics(rows: dict) -> dict:
     w = worst(rows)
     return {"mean_cosine": round(w.mean_cosine, 6), "min_cosine": round(w.min_cosine, 6),
@@ -127,21 +174,16 @@ def _metrics(rows: dict) -> dict:
 def run_arch(name: str, profile_names: list[str], frames: list, args, folder: Path) -> list[dict]:
     text = text_model(name, folder)
     rows: list[dict] = []
-    base_ours: Path | None = None
     for profile in ["none", *[p for p in profile_names if p != "none"]]:
         t0 = time.perf_counter()
-        fp32 = fp32_model(name, profile, folder)
+        paths = group_models(folder, name, profile)
+        fp32 = fp32_model(name, profile, paths["fp32"])
         common = dict(calib=Path("<sample frames: pan>"), measure_memory=False, text_model=text,
                       heldout_frames=args.heldout, calib_frames=args.calib_frames, sweep=args.sweep)  # fmt: skip
-        plain_path, ours_path = (
-            folder / f"{name}.{profile}.plain.int8.onnx",
-            folder / f"{name}.{profile}.ours.int8.onnx",
-        )
+        plain_path, ours_path = paths["plain"], paths["ours"]
         plain = quantize(QuantOptions(fp32, out=plain_path, smooth=False, max_float=0, sensitivity=False,
                                       gate=WRITE_ANYWAY, **common), frames)  # fmt: skip
         ours = quantize(QuantOptions(fp32, out=ours_path, **common), frames)
-        if profile == "none":
-            base_ours = ours_path
         # the same frames, split and capped as quantize did them: the evaluator's held-out set and the calibration
         image_size = int(onnx_files.read_metadata(fp32).get("image_size", 224))
         caps = ours.sections["calibration"]["frame_caps"]
@@ -149,22 +191,14 @@ def run_arch(name: str, profile_names: list[str], frames: list, args, folder: Pa
         heldout = {k: v.astype(np.float16).astype(np.float32) for k, v in qdata.heldout.items()}
         text_ref, _ = crossmodal.find_reference(ours.model, text)
         ev = Evaluator.from_model(fp32, heldout, text=text_ref)
-        nncf_path = nncf_model(fp32, qdata.calibration, folder / f"{name}.{profile}.nncf.int8.xml")
+        nncf_path = nncf_model(fp32, qdata.calibration, paths["nncf"])
         scored = {k: _metrics(ev.score(p, "openvino")) for k, p in
                   (("plain", plain_path), ("ours", ours_path), ("nncf", nncf_path))}  # fmt: skip
-        lat_models = {"fp32": fp32, "plain": plain_path, "ours": ours_path, "nncf": nncf_path}
-        if profile != "none" and base_ours is not None:
-            lat_models["ours, no outliers"] = base_ours
-        lat = latency(lat_models, image_size, args.threads, args.latency_budget_s)
+        lat = {} if args.no_latency else measure_group(folder, name, profile, image_size, args)
         shares = {"plain": 1.0, "ours": ours.sections["int8_flop_share"], "nncf": round(nncf_int8_share(nncf_path), 4)}
-        base_b1 = lat.get("ours, no outliers", lat["ours"])["b1_ms"]  # `none`: its own INT8 is the baseline
         for variant in ("plain", "ours", "nncf"):
             row = {"model": name, "profile": profile, "variant": variant, **scored[variant],
-                   "int8_share": shares[variant], **lat[variant],
-                   "speed_vs_no_outliers": round(base_b1 / lat[variant]["b1_ms"], 3),
-                   "speed_vs_fp32": round(lat["fp32"]["b1_ms"] / lat[variant]["b1_ms"], 3),
-                   "latency_vs_nncf_b1": round(lat[variant]["b1_ms"] / lat["nncf"]["b1_ms"], 3),
-                   "latency_vs_nncf_b8": round(lat[variant]["b8_ms"] / lat["nncf"]["b8_ms"], 3)}  # fmt: skip
+                   "int8_share": shares[variant], "image_size": image_size, **latency_fields(lat, variant)}  # fmt: skip
             if variant == "ours":
                 row["gate_onnxruntime"] = ours.passed
                 row["kept_float"] = ours.sections["kept_float_labels"]
@@ -177,6 +211,13 @@ def run_arch(name: str, profile_names: list[str], frames: list, args, folder: Pa
     return rows
 
 
+def _lat(r: dict) -> str:
+    if "b1_ms" not in r:
+        return "— | — | — | —"
+    return (f"{r['b1_ms']} | {r['b8_ms']} | {r['speed_vs_no_outliers']:.2f}x |"
+            f" {r['latency_vs_nncf_b1']:.2f} / {r['latency_vs_nncf_b8']:.2f}")  # fmt: skip
+
+
 def markdown(rows: list[dict]) -> str:
     head = ("| model | profile | variant | gate (OV) | mean cos | min cos | zero-shot | INT8 share | b1 ms | b8 ms |"
             " speed vs no-outlier INT8 | latency vs NNCF b1 / b8 |")  # fmt: skip
@@ -185,8 +226,7 @@ def markdown(rows: list[dict]) -> str:
         zs = "—" if r["zero_shot_top1"] is None else f"{100 * r['zero_shot_top1']:.1f} %"
         lines.append(f"| {r['model']} | {r['profile']} | {r['variant']} | {'pass' if r['gate'] else 'FAIL'} |"
                      f" {r['mean_cosine']:.6f} | {r['min_cosine']:.6f} | {zs} | {100 * r['int8_share']:.1f} % |"
-                     f" {r['b1_ms']} | {r['b8_ms']} | {r['speed_vs_no_outliers']:.2f}x |"
-                     f" {r['latency_vs_nncf_b1']:.2f} / {r['latency_vs_nncf_b8']:.2f} |")  # fmt: skip
+                     f" {_lat(r)} |")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -202,8 +242,15 @@ def main() -> int:
     p.add_argument("--latency-budget-s", type=float, default=12.0)
     p.add_argument("--out", type=Path, default=Path("/tmp/int8-figures"))
     p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--no-latency", action="store_true", help="accuracy and INT8 share only (cores shared)")
+    p.add_argument("--latency-only", type=Path, default=None, metavar="JSON",
+                   help="the latency columns again, from the models an earlier run left in --out")  # fmt: skip
     args = p.parse_args()
-    logging.basicConfig(level=logging.WARNING)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    log.setLevel(logging.INFO)  # each profile's wall time: the big towers take an hour or more
+    if args.latency_only:
+        rows = remeasure(json.loads(args.latency_only.read_text()), args)
+        return report(rows, args)
     frames = [Frame.from_rgb(f) for f in pan_frames(args.frames)]
     rows = []
     for name in args.models:
@@ -211,6 +258,10 @@ def main() -> int:
         folder = args.out / name
         folder.mkdir(parents=True, exist_ok=True)
         rows += run_arch(name, args.profiles, frames, args, folder)
+    return report(rows, args)
+
+
+def report(rows: list[dict], args) -> int:
     print(json.dumps(rows, indent=1))
     print(markdown(rows))
     if args.json:
