@@ -21,12 +21,12 @@ def image(frame_id: str, sec: int = 1) -> bytes:
     return cdr.image_cdr(sec, 2, frame_id, 2, 2, "rgb8", 0, 6, bytes(12))
 
 
-def intake(callback, ros_type: str = IMAGE, superseded=None) -> SampleIntake:
+def intake(callback, ros_type: str = IMAGE) -> SampleIntake:
     def generic(raw):
         raise AssertionError("images are read by cdr's struct reader, not the generic deserialiser")
 
     return SampleIntake("/cam/image_raw", ros_type, callback, lambda name: {"std_msgs/msg/Header": cdr.Header,
-                        "builtin_interfaces/msg/Time": cdr.Time}[name], generic, superseded)  # fmt: skip
+                        "builtin_interfaces/msg/Time": cdr.Time}[name], generic)  # fmt: skip
 
 
 def test_a_sample_is_decoded_timed_and_handed_on_with_the_transports_header():
@@ -69,26 +69,6 @@ def test_undecodable_bytes_are_counted_and_logged_and_the_next_sample_arrives(ca
         core(image("c"))
     assert got == ["a", "c"] and core.malformed == 1 and core.failed == 0
     assert "undecodable sample on /cam/image_raw (30 bytes)" in caplog.text
-
-
-def test_a_superseded_sample_costs_its_stamp_only_and_is_always_counted(caplog):
-    """What a newest-only take does with the older samples: the stamp is read from the first bytes (all the
-    transport hands over), the node is told, and a head too short for a stamp is still told (as 0)."""
-    stamps, got = [], []
-    core = intake(lambda msg, _dt: got.append(msg), superseded=stamps.append)
-    assert core.newest_only and not intake(lambda m, dt: None).newest_only  # other subscriptions get every sample
-    core.skip(image("a", sec=7)[: subscription.SKIP_HEAD])
-    core.skip(image("b", sec=8)[:6])  # cut inside the stamp: unreadable, still counted
-    assert stamps == [7 * 10**9 + 2, 0] and core.skipped == 2 and not got
-    assert core.malformed == core.failed == 0
-
-    def boom(_stamp):
-        raise RuntimeError("a bug in the counting")
-
-    failing = intake(lambda m, dt: None, superseded=boom)
-    with caplog.at_level(logging.ERROR, logger=subscription.__name__):
-        failing.skip(image("c")[: subscription.SKIP_HEAD])
-    assert failing.failed == 1 and "superseded-sample callback for /cam/image_raw failed" in caplog.text
 
 
 def test_qos_from_one_place():
@@ -135,10 +115,9 @@ def test_cyclone_subscription_survives_a_raising_callback_and_a_malformed_sample
 
 
 @pytest.mark.dds
-def test_cyclone_takes_what_waited_at_once_and_decodes_only_the_newest(dds_domain):
+def test_cyclone_takes_what_waited_in_one_take_and_hands_every_sample_on_in_order(dds_domain):
     """The take thread is held inside the callback of frame 0 while frames 1-5 arrive (a busy transport
-    thread): the next take gets all five; only frame 5 is decoded and handed on, frames 1-4 reach
-    `superseded` with their stamps in order. A subscription without `superseded` gets every sample."""
+    thread): when it runs again, one take gets all five, and each reaches the callback, in order."""
     import threading
 
     from cyclonedds.util import duration
@@ -147,7 +126,7 @@ def test_cyclone_takes_what_waited_at_once_and_decodes_only_the_newest(dds_domai
 
     a, b = CycloneTransport("sender"), CycloneTransport("receiver")
     held, release = threading.Event(), threading.Event()
-    got, skipped, every = [], [], []
+    got = []
 
     def callback(msg, _dt):
         got.append(msg.header.stamp.sec)
@@ -156,22 +135,20 @@ def test_cyclone_takes_what_waited_at_once_and_decodes_only_the_newest(dds_domai
             release.wait(30)
 
     try:
-        sub = b.subscribe("/cam/image_raw", IMAGE, QoS("reliable", 10), callback, superseded=skipped.append)
-        b.subscribe("/cam/image_raw", IMAGE, QoS("reliable", 10), lambda msg, _dt: every.append(msg.header.stamp.sec))
+        sub = b.subscribe("/cam/image_raw", IMAGE, QoS("reliable", 10), callback)
         pub = a.publisher("/cam/image_raw", IMAGE, QoS("reliable", 10, "keep_all"))
         deadline = time.monotonic() + 20
-        while pub.matched() < 2 and time.monotonic() < deadline:
+        while not (pub.matched() and sub.matched()) and time.monotonic() < deadline:
             time.sleep(0.05)
         pub.publish(image("f", sec=0))
         assert held.wait(20)
         for sec in range(1, 6):
             pub.publish(image("f", sec=sec))
-        assert pub._writer.wait_for_acks(duration(seconds=20))  # acknowledged: in both readers' histories
+        assert pub._writer.wait_for_acks(duration(seconds=20))  # acknowledged: in the reader's history
         release.set()
-        while (len(got) < 2 or len(every) < 6) and time.monotonic() < deadline:
+        while len(got) < 6 and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert got == [0, 5] and skipped == [s * 10**9 + 2 for s in (1, 2, 3, 4)] and sub.intake.skipped == 4
-        assert every == [0, 1, 2, 3, 4, 5]
+        assert got == [0, 1, 2, 3, 4, 5] and sub.takes == 2  # frame 0's take, then one for the five
     finally:
         release.set()
         a.close()

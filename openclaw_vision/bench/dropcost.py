@@ -18,12 +18,13 @@ thread over a measured window and divided by the frames the node received in it:
   Split into the intake (decode, validate, count: SampleIntake's calls, timed alike) and the rest of
   our take thread (waking, `dds_takecdr`).
 
-Two intake paths on Cyclone, side by side in one run: `newest` (the node's: all the reader holds taken at
-once, only the newest decoded, the others counted from their stamps) and `eager` (every sample decoded
-and validated: the path before issue 38, as any subscription without `superseded` still takes). Each
+Two take paths on Cyclone, side by side in one run: `all` (the node's: one wake-up and one
+`dds_takecdr` for everything the reader holds) and `one` (a take per sample: the path before issue 38,
+cyclone.TAKE_AT_MOST = 1). Every sample goes through the node's whole intake either way (decoded,
+checked, counted: subscription.py says why the older ones are not skipped). Each
 beside nothing (`idle`) and beside one busy process per core (`hogs`: the encode and the camera drivers
 a robot runs, where the take thread falls behind and the reader fills). rclpy hands every sample over
-one at a time (rclpy_transport.subscribe), so it has one path; it is measured where rclpy imports (a
+one at a time (its executor: one take per callback), so it has one path, `one`; it is measured where rclpy imports (a
 sourced Humble: test/support/receive_cost.py --drop runs both transports on the shared Humble).
 
     openclaw-vision bench --mode capacity    (a section of its report)
@@ -47,8 +48,8 @@ import numpy as np
 
 from .. import bags, children, threads
 
-#: the intake paths compared; `eager` is the path before newest-only (every sample decoded and validated)
-PATHS = ("eager", "newest")
+#: the take paths compared: a take per sample (before issue 38), all the reader holds per take (now)
+PATHS = ("one", "all")
 LOADS = ("idle", "hogs")
 #: (cameras, fps per camera, measured seconds, warm-up seconds) of a full run and of --quick
 SETUP = {False: (4, 30.0, 8.0, 2.0), True: (1, 30.0, 2.0, 1.0)}
@@ -79,15 +80,14 @@ class PausedEncoder:
 
 class IntakeClock:
     """CPU seconds our SampleIntake calls (decode, validate, the node's count and slot) spent, by thread CPU
-    clock: installed around the class's two entry points in the receiver process only."""
+    clock: installed around the class's entry point in the receiver process only."""
 
     def __init__(self) -> None:
         from ..ros.subscription import SampleIntake
 
         self.cpu_s = 0.0
         self.calls = 0
-        for name in ("__call__", "skip"):
-            setattr(SampleIntake, name, self._timed(getattr(SampleIntake, name)))
+        SampleIntake.__call__ = self._timed(SampleIntake.__call__)
 
     def _timed(self, fn):
         def timed(intake, *args, **kwargs):
@@ -160,29 +160,29 @@ def receive(transport: str, path: str, topics: Sequence[str], seconds: float, wa
     from ..config import EncoderConfig
     from ..ros.encoder_node import EncoderNode
     from ..ros.transport import create_transport
-    from ..ros.types import QoS
 
+    if transport == "cyclonedds":  # rclpy takes one per callback whatever we ask (and may lack cyclonedds)
+        from ..ros import cyclone
+
+        cyclone.TAKE_AT_MOST = 1 if path == "one" else None  # before the subscriptions are made
     clock = IntakeClock()
     t = create_transport(transport, "dropcost_receiver", [])
     enc = PausedEncoder()
     node = EncoderNode(EncoderConfig(image_topics=tuple(topics), diagnostics_period=3600.0), t, enc)
     try:
-        if path == "eager":  # every sample decoded and validated: a subscription without `superseded`
-            for cam in node.cameras.values():
-                cam.images.close()
-                cam.images = t.subscribe(cam.spec.input_topic, cam.spec.input_type,
-                                         QoS(node.cfg.reliability, node.cfg.depth),
-                                         lambda m, dt, cam=cam: node._on_image(cam, m, dt))  # fmt: skip
         node.start()
         print("ready", flush=True)
         deadline = time.monotonic() + 120
         while node.counters.snapshot()["received"] == 0 and time.monotonic() < deadline:
             time.sleep(0.05)
         time.sleep(warmup)
-        a = _snapshot(node, clock)
+        takes = lambda: sum(getattr(c.images, "takes", 0) for c in node.cameras.values())  # noqa: E731
+        a, takes0 = _snapshot(node, clock), takes()
         time.sleep(seconds)
-        b = _snapshot(node, clock)
-        out.write_text(json.dumps({"transport": t.name, "path": path, **_window(a, b)}))
+        b, takes1 = _snapshot(node, clock), takes()
+        w = _window(a, b)
+        w["samples_per_take"] = round(w["received"] / (takes1 - takes0), 2) if takes1 > takes0 else None
+        out.write_text(json.dumps({"transport": t.name, "path": path, **w}))
     finally:
         enc.release.set()
         node.stop()
@@ -238,7 +238,7 @@ def run_dropcost(quick: bool, work: Path, rounds: int | None = None) -> dict[str
         from .cameras import PLAYER_FRAMES
 
         bags.write_sample_bag(bag, frames=PLAYER_FRAMES, fps=fps)
-    setups = [("cyclonedds", p) for p in PATHS] + ([("rclpy", "newest")] if rclpy_available() else [])
+    setups = [("cyclonedds", p) for p in PATHS] + ([("rclpy", "one")] if rclpy_available() else [])
     loads = LOADS[:1] if quick else LOADS
     rows = []
     for r in range(rounds or (1 if quick else 2)):
@@ -258,18 +258,19 @@ def run_dropcost(quick: bool, work: Path, rounds: int | None = None) -> dict[str
 def line(row: dict) -> str:
     return (f"drop cost {row['transport']} {row['path']} ({row['load']}): {row['received_fps_per_camera']} of "
             f"{row['sent_fps_per_camera']} frames/s per camera received, {row['dropped']} of {row['received']} "
-            f"dropped; transport floor {row['transport_floor_ms']:.3f} core-ms, our share {row['our_share_ms']:.3f} "
+            f"dropped, {row.get('samples_per_take')} samples per take; transport floor "
+            f"{row['transport_floor_ms']:.3f} core-ms, our share {row['our_share_ms']:.3f} "
             f"(intake {row['our_intake_ms']:.3f}, take {row['our_take_ms']:.3f})")  # fmt: skip
 
 
 def goals(res: dict) -> list[dict]:
     from .goals import row
 
-    newest = [r for r in res["rows"] if r["path"] == "newest"]
+    now = [r for r in res["rows"] if r["path"] == "all" or r["transport"] == "rclpy"]
     out = []
-    for transport in sorted({r["transport"] for r in newest}):
-        worst = max(r["our_share_ms"] for r in newest if r["transport"] == transport)
-        floor = max(r["transport_floor_ms"] for r in newest if r["transport"] == transport)
+    for transport in sorted({r["transport"] for r in now}):
+        worst = max(r["our_share_ms"] for r in now if r["transport"] == transport)
+        floor = max(r["transport_floor_ms"] for r in now if r["transport"] == transport)
         out.append(row(f"{transport}: our share of a dropped frame <= {GOAL_OUR_SHARE_MS} core-ms",
                        f"{worst:.3f} core-ms at worst (transport floor {floor:.3f})",
                        worst <= GOAL_OUR_SHARE_MS))  # fmt: skip
@@ -280,12 +281,13 @@ def markdown(res: dict) -> list[str]:
     lines = ["", f"What a dropped frame costs ({res['cameras']} x 1080p rgb8 at {res['fps']:g} fps per camera into "
              f"the node with its encoder paused: every frame after its first batch dropped; {res['seconds']} s "
              f"windows; core-ms per received frame; rclpy: {res['rclpy']}):", "",
-             "| transport | path | load | received / sent frames/s per camera | dropped | transport floor "
-             "| our share | of it: intake (decode, validate, count) | take (wake, dds_takecdr) |",
-             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+             "| transport | take | load | received / sent frames/s per camera | dropped | samples per take "
+             "| transport floor | our share | of it: intake (decode, validate, count) | take (wake, dds_takecdr) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in res["rows"]:
         lines.append(f"| {r['transport']} | {r['path']} | {r['load']} | {r['received_fps_per_camera']} / "
-                     f"{r['sent_fps_per_camera']} | {r['dropped']} of {r['received']} | {r['transport_floor_ms']:.3f} "
+                     f"{r['sent_fps_per_camera']} | {r['dropped']} of {r['received']} | {r.get('samples_per_take')} "
+                     f"| {r['transport_floor_ms']:.3f} "
                      f"| {r['our_share_ms']:.3f} | {r['our_intake_ms']:.3f} | {r['our_take_ms']:.3f} |")  # fmt: skip
     return lines
 

@@ -9,9 +9,8 @@ instead, a receive thread can wait for the GIL while the GIL holder waits, insid
 reliable write, for an acknowledgement that only that receive thread would process: a
 deadlock we saw as 10 s write timeouts. Readers keep every sample until we take it (KEEP_ALL
 within a resource limit), so no sample is overwritten unseen; what DDS could not keep is
-reported by `lost()`. Each wake-up takes all the reader holds in one `dds_takecdr`; an image
-subscription (newest only) decodes only the newest of them and reads just the stamp of each
-older one, which the node counts as received and dropped (subscription.py, "Newest only").
+reported by `lost()`. Each wake-up takes all the reader holds in one `dds_takecdr` (at most
+TAKE_AT_MOST): one wake-up and one take for every sample a busy moment left waiting.
 
 Samples are taken serialized and handed to the subscription core both transports share
 (subscription.py: decode, time, count, guard the callback): sensor_msgs/Image and CompressedImage
@@ -56,7 +55,7 @@ import numpy as np
 from .. import threads
 from . import dds_config, native_check
 from .dds_types import field_names, idl_type, service_wire_type
-from .subscription import SKIP_HEAD, DdsQos, SampleIntake, Superseded, Throttle, reader_qos, writer_qos
+from .subscription import DdsQos, SampleIntake, Throttle, reader_qos, writer_qos
 from .types import Callback, QoS
 
 log = logging.getLogger(__name__)
@@ -168,17 +167,6 @@ def _view(lib, sd: int) -> memoryview:
     return memoryview(buf).cast("B").toreadonly()
 
 
-def _head(lib, sd: int) -> bytes:
-    """The first SKIP_HEAD bytes of serdata `sd` (fewer if it is shorter): all a superseded sample costs."""
-    iov = native_check.Iovec()
-    n = min(lib.ddsi_serdata_size(sd), SKIP_HEAD)
-    ref = lib.ddsi_serdata_to_ser_ref(sd, 0, n, ctypes.byref(iov))
-    try:
-        return ctypes.string_at(iov.iov_base, n)
-    finally:
-        lib.ddsi_serdata_to_ser_unref(ref, ctypes.byref(iov))
-
-
 def take_serialized_ref(lib, reader: int, mask: int) -> tuple[Any, bool] | None:
     """(a read-only memoryview of one sample's CDR bytes, valid_data), or None when empty.
 
@@ -200,23 +188,25 @@ def take_serialized_ref(lib, reader: int, mask: int) -> tuple[Any, bool] | None:
 
 @dataclass
 class Taken:
-    """What one take call gave: `samples` (with data) to hand on, oldest first, and the heads of the
-    samples a newer one superseded (newest-only subscriptions: SampleIntake.skip reads their stamps).
-    `count` is every sample taken, with data or not (0: the reader was empty)."""
+    """What one take call gave: the samples with data, oldest first (views of Cyclone's own bytes, or
+    the binding's copies); `count` is every sample taken, with data or not (0: the reader was empty)."""
 
     count: int
     samples: list = field(default_factory=list)
-    superseded: list[bytes] = field(default_factory=list)
+
+
+#: The most samples one take call takes; None: all the reader may hold (its resource limit). 1 is the path before
+#: issue 38 (a take per sample), which bench/dropcost.py measures beside this one.
+TAKE_AT_MOST: int | None = None
 
 
 class _Taker:
     """`dds_takecdr` of up to `most` samples into arrays made once (one take thread uses them): the
-    reader's whole content in one call. With `newest_only` only the newest sample with data becomes a
-    view; each older one costs its stamp's bytes (`_head`) and its unref. Measured: `bench --mode
-    capacity`'s drop-cost section."""
+    reader's whole content in one call, one wake-up for all of it. Measured: `bench --mode capacity`'s
+    drop-cost section."""
 
-    def __init__(self, lib, reader: int, mask: int, most: int, newest_only: bool) -> None:
-        self._lib, self._reader, self._mask, self._newest_only = lib, reader, mask, newest_only
+    def __init__(self, lib, reader: int, mask: int, most: int) -> None:
+        self._lib, self._reader, self._mask = lib, reader, mask
         self._bufs = (ctypes.c_void_p * most)()
         self._infos = (native_check.SampleInfo * most)()
         self._most = most
@@ -230,13 +220,7 @@ class _Taker:
             raise DDSException(n, "dds_takecdr")
         taken = Taken(n)
         try:
-            valid = [i for i in range(n) if self._infos[i].valid_data]  # else a writer left: no data in it
-            newest = valid[-1] if valid else -1
-            for i in valid:
-                if self._newest_only and i != newest:
-                    taken.superseded.append(_head(lib, bufs[i]))
-                else:
-                    taken.samples.append(_view(lib, bufs[i]))
+            taken.samples = [_view(lib, bufs[i]) for i in range(n) if self._infos[i].valid_data]  # else a writer left
         finally:
             for i in range(n):
                 lib.ddsi_serdata_unref(bufs[i])  # the take's references; each view holds its own
@@ -250,9 +234,9 @@ TAKE_RETRY_S = 0.1
 class _Subscription:
     """A reader and the thread that takes its samples and hands them to the intake (subscription.py).
 
-    Each wake-up takes everything the reader holds in one call (at most its resource limit); a
-    newest-only intake (an image subscription) gets the newest sample decoded and only the stamps of
-    the others (SampleIntake.skip), every other intake every sample, oldest first."""
+    Each wake-up takes everything the reader holds in one call (at most its resource limit) and hands
+    the samples on oldest first. `takes` counts the calls that found samples (samples per take: how far
+    behind the thread was)."""
 
     def __init__(self, participant, topic_obj, qos: QoS, intake: SampleIntake) -> None:
         from cyclonedds.core import InstanceState, ReadCondition, SampleState, ViewState, WaitSet
@@ -267,10 +251,11 @@ class _Subscription:
         self.intake = intake
         self._lib = _ddsc()
         self.zero_copy = self._lib is not None  # else the binding's take, one copy
-        self._most = rq.depth
+        self._most = min(rq.depth, TAKE_AT_MOST or rq.depth)
         self._taker = None
         if self.zero_copy:
-            self._taker = _Taker(self._lib, self._reader._ref, int(self._mask), rq.depth, intake.newest_only)
+            self._taker = _Taker(self._lib, self._reader._ref, int(self._mask), self._most)
+        self.takes = 0
         self._reliable = qos.reliability == "reliable"
         self.take_failures = Throttle()  # .total: takes that raised
         self._stop = threading.Event()
@@ -287,13 +272,7 @@ class _Subscription:
         ret = ddspy_take(self._reader._ref, self._mask, self._most)
         if isinstance(ret, int):
             raise DDSException(ret, f"taking a sample on {self.intake.topic}")
-        taken = Taken(len(ret))
-        valid = [raw for raw, info in ret if info.valid_data]
-        if self.intake.newest_only:
-            taken.superseded = [raw[:SKIP_HEAD] for raw in valid[:-1]]
-            valid = valid[-1:]
-        taken.samples = valid
-        return taken
+        return Taken(len(ret), [raw for raw, info in ret if info.valid_data])
 
     def _run(self) -> None:
         from cyclonedds.util import duration
@@ -310,9 +289,8 @@ class _Subscription:
                     break
                 if not taken.count:
                     break
-                for head in taken.superseded:  # older first: the stamps reach the node in order
-                    self.intake.skip(head)
-                for raw in taken.samples:
+                self.takes += 1
+                for raw in taken.samples:  # oldest first, each through the intake (subscription.py)
                     self.intake(raw, t0)
                 taken = raw = None  # keep no sample alive here: its bytes go back when its users are done
 
@@ -521,11 +499,9 @@ class CycloneTransport:
 
         return _Publisher(DataWriter(self.participant, self._topic(topic, ros_type), qos=_qos(writer_qos(qos))))
 
-    def subscribe(self, topic: str, ros_type: str, qos: QoS, callback: Callback,
-                  superseded: Superseded | None = None) -> _Subscription:  # fmt: skip
-        """Images are read by cdr's struct reader, their `data` a view of Cyclone's own sample (module doc).
-        With `superseded`, only the newest sample of each take is decoded (subscription.py, "Newest only")."""
-        intake = SampleIntake(topic, ros_type, callback, idl_type, idl_type(ros_type).deserialize, superseded)
+    def subscribe(self, topic: str, ros_type: str, qos: QoS, callback: Callback) -> _Subscription:
+        """Images are read by cdr's struct reader, their `data` a view of Cyclone's own sample (module doc)."""
+        intake = SampleIntake(topic, ros_type, callback, idl_type, idl_type(ros_type).deserialize)
         sub = _Subscription(self.participant, self._topic(topic, ros_type), qos, intake)
         self._subs.append(sub)
         return sub

@@ -3,9 +3,7 @@
 Threads and data flow, one direction:
 
     transport threads: take sample → validate into a Frame → that camera's newest-frame slot
-                       (a displaced frame: dropped, counted for its camera; where the transport takes
-                       several of a camera's samples at once, only the newest is decoded and
-                       validated, the older ones are counted received and dropped from their stamps)
+                       (a displaced frame: dropped, counted for its camera)
     prepare stage:     the newest frame of every camera that has one (at most max_batch, round
                        robin: stats.LatestSlots) → FramePipeline.prepare ([decode] → preprocess into
                        row k; the frames of a batch in parallel on the pipeline's prep_N threads)
@@ -267,16 +265,6 @@ class EncoderNode:
             if self._accepting:
                 self._take_in(cam, msg, deserialize_s)
 
-    def _on_superseded(self, cam: Camera, stamp: int) -> None:
-        """A frame the transport took with a newer one of the same camera and never decoded (Cyclone takes
-        all its reader holds at once: subscription.py, "Newest only"): received, then dropped, as a frame
-        a newer one displaced from the slot is; its stamp still feeds the camera's gap estimate."""
-        with self._intake:
-            if self._accepting:
-                self._count(cam, "received")
-                cam.gaps.add(stamp)
-                self._count(cam, "dropped")
-
     def _take_in(self, cam: Camera, msg: Any, deserialize_s: float) -> None:
         self._count(cam, "received")
         cam.gaps.add(stamp_ns(msg))  # before any check: a rejected frame still arrived
@@ -524,7 +512,6 @@ class EncoderNode:
             cam.spec.input_type,
             QoS(self.cfg.reliability, self.cfg.depth),
             lambda msg, deserialize_s: self._on_image(cam, msg, deserialize_s),
-            superseded=lambda stamp: self._on_superseded(cam, stamp),
         )
 
     # lifecycle --------------------------------------------------------------------------

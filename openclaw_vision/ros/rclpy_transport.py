@@ -29,7 +29,7 @@ from typing import Any
 from .. import threads
 from ..config import ConfigError, NodeConfig, Param
 from . import dds_config
-from .subscription import DdsQos, SampleIntake, Superseded, reader_qos, writer_qos
+from .subscription import DdsQos, SampleIntake, reader_qos, writer_qos
 from .types import Callback, QoS
 
 log = logging.getLogger(__name__)
@@ -215,18 +215,11 @@ class RclpyTransport:
     def publisher(self, topic: str, ros_type: str, qos: QoS) -> _Publisher:
         return _Publisher(self.node.create_publisher(self.msg(ros_type), topic, _profile(writer_qos(qos))))
 
-    def subscribe(self, topic: str, ros_type: str, qos: QoS, callback: Callback,
-                  superseded: Superseded | None = None) -> _Subscription:  # fmt: skip
+    def subscribe(self, topic: str, ros_type: str, qos: QoS, callback: Callback) -> _Subscription:
         """Samples are taken raw and handed to the subscription core (subscription.py): images read by
         cdr's struct reader (their pixels a view of the taken bytes: rclpy's own deserialiser copies
         6 MB into an array per 1080p frame), a failing callback logged and counted, never the end of
-        the spin thread.
-
-        `superseded` is accepted and never called: rclpy's executor takes one sample per callback
-        (`rcl_take_serialized_message`, then a copy into `bytes`: both made before our code runs), so no
-        newer sample is ever seen beside an older one here, and each is handed on. A dropped frame's cost
-        under rclpy is rclpy's take and copies (its floor) plus our decode, validation and count; the
-        reader depth that decides how many frames rclpy takes is `subscription.reader_qos`'s choice."""
+        the spin thread."""
         from rclpy.qos_event import SubscriptionEventCallbacks
         from rclpy.serialization import deserialize_message
 

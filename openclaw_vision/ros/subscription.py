@@ -16,15 +16,18 @@ them to a `SampleIntake`, which
 QoS is translated here too (`writer_qos`, `reader_qos`), so both transports ask DDS for the same
 thing from our `QoS`, and say in one place where they cannot.
 
-**Newest only** (an image subscription given `superseded`): a camera's frames are wanted newest first,
-so a frame that a newer one of the same camera has replaced should cost as little as the transport
-allows. Where the reader lets us take everything it holds in one call (Cyclone: `dds_takecdr` with a
-limit), only the newest sample of a take is decoded and handed on; each older one is `skip`ped: its
-header stamp (8 bytes behind the encapsulation) is read, nothing else, and `superseded(stamp_ns)` is
-called so that the node counts it (received, then dropped) and its stamp-gap estimate sees it. Nothing
-is lost silently. Where the reader hands samples over one at a time (rclpy's executor: one take per
-callback, its two copies already made), every sample is handed on as before. The reader history per
-transport (`reader_qos`) and what each choice was measured against are in `reader_qos`.
+**What a dropped frame costs here.** Where the reader lets us take everything it holds in one call
+(Cyclone: `dds_takecdr` with a limit), one wake-up and one take serve every sample waiting, however
+many a busy moment left there. Each sample still comes through this core and the node's checks: a
+frame is decoded by reading its ~60 bytes of fields (its pixels stay a view of the sample and are never
+touched before the worker takes the frame), checked, and only then may it displace its camera's newest
+frame. Not decoding the older samples of a take was tried (issue 38) and given up: a bad image among
+them would be counted as a drop instead of rejected and logged, and a garbage frame arriving last would
+push out the valid one before it (the reliability fuzz and the multi-camera test caught both), to save
+~15 µs per frame (decode ~8, checks ~6: thread CPU time of a 1080p rgb8 sample in a loop; what the rest
+of a dropped frame costs is `bench/dropcost.py`'s table). Where the reader hands samples over one at
+a time (rclpy's executor: one take per callback, its two copies already made) every sample costs
+rclpy's take: its floor, beside our share.
 """
 
 from __future__ import annotations
@@ -45,10 +48,6 @@ log = logging.getLogger(__name__)
 READER_BUFFER = 32
 #: Seconds between two log lines about one subscription's undecodable samples or failing callback.
 LOG_PERIOD_S = 2.0
-#: Bytes of a superseded sample read to find its header stamp: the encapsulation (4) and int32 sec, uint32 nanosec.
-SKIP_HEAD = cdr.HEADER_SIZE + 8
-#: superseded(header stamp in ns, 0 when unreadable): a sample a newer one of the same take replaced, unread
-Superseded = Callable[[int], None]
 
 
 class Throttle:
@@ -115,15 +114,15 @@ def reader_qos(q: QoS, bounded_keep_all: bool) -> DdsQos:
     With a bound on keep_all (Cyclone's ResourceLimits) a reader keeps every sample until it is taken,
     at most max(depth, READER_BUFFER): nothing is overwritten unseen; a full reader rejects, which is
     flow control on reliable (the writer sends again) and a counted loss on best effort. A deep reader
-    costs nothing per dropped frame here: the take thread takes all it holds in one call and reads only
-    the stamp of each sample but the newest (`SampleIntake.skip`). Without a bound (rmw: ROS QoS has no
-    resource limits) the configured keep_last depth, as `ros2 topic info -v` shows it: an unbounded
-    keep_all would let a stalled callback grow memory without limit, and a frame overwritten in that
-    history is not counted (README, "Frames DDS can lose without telling"). Under rclpy a shallow
-    reader would save rclpy's take and two copies of each frame it overwrites, but those frames would be
-    lost uncounted, and `ros2 bag play` of 60 frames into the node delivered 55-60 (8 of 10 plays short,
-    overwritten in the history) at depth 5 against 60 in 6 of 8 plays at 30-32, the two short ones lost
-    at the sockets, not in the history (test/support/bag_loss.py; README): the node's depth stays 32.
+    adds no wake-up per waiting sample there: the take thread takes all it holds in one call (module
+    doc). Without a bound (rmw: ROS QoS has no resource limits) the configured keep_last depth, as
+    `ros2 topic info -v` shows it: an unbounded keep_all would let a stalled callback grow memory without
+    limit, and a frame overwritten in that history is not counted (README, "Frames DDS can lose without
+    telling"). Under rclpy a shallow reader would save rclpy's take and two copies of each frame it
+    overwrites, but those frames would be lost uncounted, and `ros2 bag play` of 60 frames into the node
+    delivered 55-60 (8 of 10 plays short, overwritten in the history) at depth 5 against 60 in 6 of 8
+    plays at 30-32, the two short ones lost at the sockets, not in the history (test/support/bag_loss.py;
+    README): the node's depth stays 32 on both transports.
     Depth never takes part in QoS matching, so the two readers match the same writers."""
     if bounded_keep_all:
         return DdsQos(q.reliability, "keep_all", max(q.depth, READER_BUFFER))
@@ -148,35 +147,12 @@ class SampleIntake:
     to a sample after the call: on Cyclone the sample's bytes go back when its last user is done."""
 
     def __init__(self, topic: str, ros_type: str, callback: Callback, msg: Callable[[str], type],
-                 generic: Callable[[Any], Any], superseded: Superseded | None = None) -> None:  # fmt: skip
-        self.topic, self._callback, self._superseded = topic, callback, superseded
+                 generic: Callable[[Any], Any]) -> None:  # fmt: skip
+        self.topic, self._callback = topic, callback
         self._decode = cdr.sample_decoder(ros_type, generic, header_factory(msg))
         self.malformed = 0  # samples whose bytes did not decode
         self.failed = 0  # samples whose callback raised
-        self.skipped = 0  # samples superseded in a take by a newer one: only their stamp was read
         self._warn_malformed, self._warn_failed = Throttle(), Throttle()
-
-    @property
-    def newest_only(self) -> bool:
-        """Whether a transport that takes several samples at once may hand on only the newest (module doc)."""
-        return self._superseded is not None
-
-    def skip(self, head: Any) -> None:
-        """One sample a newer one of the same take superseded: `head` holds at least its first
-        SKIP_HEAD bytes (fewer if the sample is shorter). Only the header stamp is read; a head with no
-        readable stamp passes 0 (the stamp-gap estimate ignores it), and the sample is still counted."""
-        self.skipped += 1
-        try:
-            sec, nanosec = cdr.header_stamp(head)
-            stamp = sec * 1_000_000_000 + nanosec
-        except cdr.CdrError:
-            stamp = 0
-        try:
-            self._superseded(stamp)
-        except Exception as err:  # as for the callback: counted and logged, the subscription goes on
-            self.failed += 1
-            self._warn_failed(functools.partial(log.error, exc_info=True), "superseded-sample callback for %s "
-                              "failed: %r", self.topic, err)  # fmt: skip
 
     def __call__(self, raw: Any, t0: float | None = None) -> None:
         """Handle one serialized sample; `t0`: when taking it began (default: now)."""

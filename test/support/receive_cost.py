@@ -5,7 +5,7 @@ real Humble (issue 27 item 4). A measurement, not a test: it prints numbers and 
     flock /tmp/openclaw-cpu.lock .venv/bin/python test/support/receive_cost.py --drop [--rounds 2]
 
 `--drop`: what a *dropped* frame costs instead (bench/dropcost.py's trial: the encoder node with its
-encoder paused, four 1080p cameras at --fps), on the pip path (eager and newest-only intake) and under
+encoder paused, four 1080p cameras at --fps), on the pip path (a take per sample, and all per take) and under
 rclpy on the real Humble, each idle and beside one CPU hog per core: the transport's floor beside our share.
 
 For each transport, ros/echo.py (the encoder node's subscription, QoS and frame validation, a header
@@ -91,8 +91,8 @@ def drop_cost(args, ros2, bag: Path) -> int:
     """bench/dropcost.py's trials, the rclpy receiver run by the robot venv's Python in the sourced Humble."""
     from openclaw_vision.bench import dropcost
 
-    setups = {("cyclonedds", "eager"): (None, None), ("cyclonedds", "newest"): (None, None),
-              ("rclpy", "newest"): ([str(ros2.venv / "bin" / "python")], ros2.environ())}  # fmt: skip
+    setups = {("cyclonedds", "one"): (None, None), ("cyclonedds", "all"): (None, None),
+              ("rclpy", "one"): ([str(ros2.venv / "bin" / "python")], ros2.environ())}  # fmt: skip
     rows = []
     for r in range(args.rounds):
         for load in dropcost.LOADS:
