@@ -21,7 +21,10 @@ thread over a measured window and divided by the frames the node received in it:
 Two take paths on Cyclone, side by side in one run: `all` (the node's: one wake-up and one
 `dds_takecdr` for everything the reader holds) and `one` (a take per sample: the path before issue 38,
 cyclone.TAKE_AT_MOST = 1). Every sample goes through the node's whole intake either way (decoded,
-checked, counted: subscription.py says why the older ones are not skipped). Each
+checked, counted: subscription.py says why the older ones are not skipped). Full runs add `all+arena`:
+`all` with glibc's malloc told to keep 6 MB blocks in its heap (ARENA), a candidate for lowering the
+floor itself (Cyclone's receive thread copies each frame into a fresh 6 MB block: mmap, page faults and
+zeroing per frame by default, and munmap where the last view of it goes). Each
 beside nothing (`idle`) and beside one busy process per core (`hogs`: the encode and the camera drivers
 a robot runs, where the take thread falls behind and the reader fills). rclpy hands every sample over
 one at a time (its executor: one take per callback), so it has one path, `one`; it is measured where rclpy imports (a
@@ -50,6 +53,10 @@ from .. import bags, children, threads
 
 #: the take paths compared: a take per sample (before issue 38), all the reader holds per take (now)
 PATHS = ("one", "all")
+#: `all` again with glibc's malloc keeping 6 MB blocks in its heap (no mmap, page faults and zeroing per frame
+#: in Cyclone's receive thread, no munmap where the last view is released): a candidate to lower the floor,
+#: measured beside the default in full runs (the env a launch file or unit would set)
+ARENA = {"MALLOC_MMAP_THRESHOLD_": str(64 << 20), "MALLOC_TRIM_THRESHOLD_": str(256 << 20)}
 LOADS = ("idle", "hogs")
 #: (cameras, fps per camera, measured seconds, warm-up seconds) of a full run and of --quick
 SETUP = {False: (4, 30.0, 8.0, 2.0), True: (1, 30.0, 2.0, 1.0)}
@@ -164,7 +171,7 @@ def receive(transport: str, path: str, topics: Sequence[str], seconds: float, wa
     if transport == "cyclonedds":  # rclpy takes one per callback whatever we ask (and may lack cyclonedds)
         from ..ros import cyclone
 
-        cyclone.TAKE_AT_MOST = 1 if path == "one" else None  # before the subscriptions are made
+        cyclone.TAKE_AT_MOST = 1 if path == "one" else None  # before the subscriptions are made (all+arena: all)
     clock = IntakeClock()
     t = create_transport(transport, "dropcost_receiver", [])
     enc = PausedEncoder()
@@ -238,15 +245,16 @@ def run_dropcost(quick: bool, work: Path, rounds: int | None = None) -> dict[str
         from .cameras import PLAYER_FRAMES
 
         bags.write_sample_bag(bag, frames=PLAYER_FRAMES, fps=fps)
-    setups = [("cyclonedds", p) for p in PATHS] + ([("rclpy", "one")] if rclpy_available() else [])
+    setups = [("cyclonedds", p, None) for p in PATHS] + ([("rclpy", "one", None)] if rclpy_available() else [])
+    if not quick:
+        setups.append(("cyclonedds", "all+arena", ARENA))
     loads = LOADS[:1] if quick else LOADS
     rows = []
     for r in range(rounds or (1 if quick else 2)):
         for load in loads:
-            for transport, path in setups if r % 2 == 0 else setups[::-1]:
-                row = trial(
-                    transport, path, load, n, fps, seconds, warmup, bag, work / f"{transport}-{path}-{load}-{r}"
-                )
+            for transport, path, env in setups if r % 2 == 0 else setups[::-1]:
+                where = work / f"{transport}-{path}-{load}-{r}"
+                row = trial(transport, path, load, n, fps, seconds, warmup, bag, where, env=env)
                 row["round"] = r
                 rows.append(row)
                 print(line(row), flush=True)
