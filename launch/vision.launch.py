@@ -6,9 +6,9 @@ Starts the encoder node with a parameters file (`config`, default config/encoder
 enable_vlm:=true, the VLM node with `vlm_config` (default config/vlm.yaml); with
 enable_labels:=true, the labels node with `labels_config` (default config/labels.yaml): zero-shot
 labels on /visual_labels; with enable_memory:=true, the memory node with `memory_config` (default
-config/memory.yaml): /visual_features rows into visual memory (`store`). The other arguments
-override the file's key of the same name, but only when given on the command line: left unset,
-the file decides (see
+config/memory.yaml): /visual_features rows into visual memory (`store`), each row named by its robot
+(`robot`). The other arguments override the file's key of the same name, but only when given on the
+command line: left unset, the file decides (see
 openclaw_vision/ros/launch_args.py for why this matters with launch_ros). `model` also goes to
 the labels node, so that its text tower is of the encoder's weights.
 

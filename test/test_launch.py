@@ -97,3 +97,7 @@ def test_memory_arguments_go_to_the_memory_node_only_when_set():
     assert memory_overrides({"text_model": "/models/ViT-B-32.text.fp32.onnx"}) == {  # a path stays text
         "text_model": "/models/ViT-B-32.text.fp32.onnx"
     }
+    # robot:= names the rows' robot; a name YAML would read as an int or a bool stays the name
+    assert memory_overrides({"robot": "7", "store": UNSET}) == {"robot": "7"}
+    assert memory_overrides({"robot": "on"}) == {"robot": "on"}
+    assert MemoryConfig.from_dict(memory_overrides({"robot": "7"})).validate().robot == "7"

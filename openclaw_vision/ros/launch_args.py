@@ -30,7 +30,7 @@ ENCODER_ARGUMENTS = ("image_topic", "image_topics", "features_topic", "model", "
                      "triton_url")  # fmt: skip
 VLM_ARGUMENTS = ("llm", "prompt_topic", "answer_topic", "max_new_tokens")
 LABELS_ARGUMENTS = ("labels", "labels_topic")
-MEMORY_ARGUMENTS = ("store", "text_model")
+MEMORY_ARGUMENTS = ("store", "text_model", "robot")
 #: arguments that also set a parameter of another node: the VLM and labels nodes read what the
 #: encoder writes, the VLM takes features of the encoder model's width (its output_dim), and the labels
 #: node's text tower must be of the encoder's model and projection (its ids must match); the memory node
@@ -39,8 +39,8 @@ VLM_SHARED = ("features_topic", "model", "output_dim")
 LABELS_SHARED = ("features_topic", "model", "output_dim")
 MEMORY_SHARED = ("features_topic",)
 #: arguments taken as text whatever they look like ("yes" or "1" is a label, not a bool or an int; YAML 1.1
-#: reads a HOST:PORT such as "10:50" as the base-60 int 650)
-TEXT_ARGUMENTS = ("labels", "triton_url", "store", "text_model")
+#: reads a HOST:PORT such as "10:50" as the base-60 int 650; a robot named 7 or "on" is that name, not an int or True)
+TEXT_ARGUMENTS = ("labels", "triton_url", "store", "text_model", "robot")
 #: node → (its configuration, every argument that sets one of its parameters), in launch order
 NODE_ARGUMENTS = {
     "encoder_node": (cfgmod.EncoderConfig, ENCODER_ARGUMENTS),

@@ -1,15 +1,19 @@
 """The memory node's QueryMemory service on a real Humble, called from rclpy (support/rclpy_memory_client.py):
 the node under rclpy (`ros2 run`), and the pip-path node (Cyclone, rmw_cyclonedds's service wire format)
-called by the same rclpy client. Planted vectors and a planted text prompt: exact ranks and stamps."""
+called by the same rclpy client; and two robots' memory nodes (one from `ros2 launch ... robot:=`, one named
+by its namespace) on one Chroma server, filtered by robot. Planted vectors and a planted text prompt: exact
+ranks and stamps."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+import yaml
 from support.humble import PACKAGE, ROOT, pip_env, ros_args
 
 CLIENT = str(ROOT / "test" / "support" / "rclpy_memory_client.py")
@@ -46,11 +50,12 @@ def check(plan: dict, out: dict) -> None:
     assert not wide["ok"] and f"{dim}-d" in wide["error"] and f"{dim + 1}-d" in wide["error"], wide
 
 
-def _run_client(ros2, plan: dict, tmp_path, env) -> dict:
+def _run_client(ros2, plan: dict, tmp_path, env, *args: str) -> dict:
     plan_file = tmp_path / "plan.json"
-    plan_file.write_text(json.dumps({k: plan[k] for k in ("model_id", "vectors", "stamps_ns", "queries")}))
+    keys = ("model_id", "vectors", "stamps_ns", "queries", "topics")
+    plan_file.write_text(json.dumps({k: plan[k] for k in keys if k in plan}))
     out = tmp_path / "out.json"
-    ros2.run("python3", CLIENT, str(plan_file), str(out), env=env, timeout=120)
+    ros2.run("python3", CLIENT, str(plan_file), str(out), *args, env=env, timeout=150)
     return json.loads(out.read_text())
 
 
@@ -88,6 +93,86 @@ def test_an_rclpy_client_queries_the_pip_path_memory_node(ros2, tiny_text_model,
     assert "transport: cyclonedds" in log, log[-2000:]
     check(plan, out)
     assert f"got True [{plan['stamps_ns'][4]}]" in called, called
+
+
+#: the two robots: robot name → (its features topic, its rows' stamps)
+FLEET = {"alpha": ("/alpha/visual_features", [T0 + i * 1_000_000 for i in range(6)]),
+         "beta": ("/beta/visual_features", [T0 + (100 + i) * 1_000_000 for i in range(6)])}  # fmt: skip
+
+
+@pytest.fixture
+def chroma_url(tmp_path):
+    """A `chroma run` on 127.0.0.1 of this test's own (the project venv's chromadb, as a fleet's server)."""
+    from openclaw_vision.memory.server import start_server
+
+    child, url = start_server(tmp_path / "server-data", log_path=tmp_path / "chroma.log")
+    with child:
+        yield url
+
+
+def _params_file(path, node: str, shipped: str, values: dict) -> str:
+    """A user's own parameters file (the shipped one with `values` set), as `config:=` / `memory_config:=` take."""
+    doc = yaml.safe_load((ROOT / "config" / shipped).read_text())
+    doc[node]["ros__parameters"].update(values)
+    path.write_text(yaml.safe_dump(doc))
+    return str(path)
+
+
+def test_two_robots_memory_nodes_on_one_server_answer_by_robot(ros2, node_params, chroma_url, tmp_path):
+    """Robot alpha's node from `ros2 launch ... enable_memory:=true robot:=alpha store:=URL`, robot beta's from
+    `ros2 run` in namespace /beta (its robot name: the namespace), both writing to one Chroma server. Through
+    alpha's QueryMemory service an rclpy client gets, with `robot` set, that robot's rows only (beta's too: they
+    reach alpha through the server), each named in `robots`; without it both robots' rows, in exact rank."""
+    rng = np.random.default_rng(36)
+    v = rng.standard_normal((12, 32)).astype(np.float32)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    robot_of = ["alpha"] * 6 + ["beta"] * 6
+    stamps = FLEET["alpha"][1] + FLEET["beta"][1]
+    q = v[2] + v[7] + 0.2 * rng.standard_normal(32).astype(np.float32)  # near one row of each robot
+    q /= np.linalg.norm(q)
+    scores = v @ q
+
+    def top(k: int, robot: str | None = None) -> list[int]:
+        return [int(i) for i in np.argsort(-scores) if robot in (None, robot_of[i])][:k]
+
+    plan = {"model_id": "fleet-test", "vectors": v.tolist(), "stamps_ns": stamps,
+            "topics": [FLEET[r][0] for r in robot_of],
+            "queries": [{"vector": q.tolist(), "top_k": 3, "robot": "alpha"},
+                        {"vector": q.tolist(), "top_k": 3, "robot": "beta"},
+                        {"vector": q.tolist(), "top_k": 4},
+                        {"vector": q.tolist(), "top_k": 4, "robot": "gamma"}]}  # fmt: skip
+    encoder_yaml = _params_file(tmp_path / "my_encoder.yaml", "encoder_node", "encoder.yaml",
+                                {k: yaml.safe_load(x) for k, x in node_params["encoder_node"].items()})  # fmt: skip
+    memory_yaml = _params_file(tmp_path / "my_memory.yaml", "memory_node", "memory.yaml",
+                               {"features_topic": FLEET["alpha"][0], "spool": str(tmp_path / "spool-alpha"),
+                                "flush_period": 0.2, "batch_rows": 4})  # fmt: skip
+    alpha = ros2.start("ros2", "launch", PACKAGE, "vision.launch.py", f"config:={encoder_yaml}", "enable_memory:=true",
+                       f"memory_config:={memory_yaml}", f"store:={chroma_url}", "robot:=alpha")  # fmt: skip
+    stats = tmp_path / "beta-stats.json"
+    beta_params = {"store": chroma_url, "features_topic": FLEET["beta"][0], "query_service": "/beta/query_memory",
+                   "spool": str(tmp_path / "spool-beta"), "flush_period": "0.2", "batch_rows": "4"}  # fmt: skip
+    beta = ros2.start("ros2", "run", PACKAGE, "memory_node", "--stats-json", str(stats),
+                      *ros_args(beta_params), "-r", "__ns:=/beta")  # fmt: skip
+    try:
+        out = alpha.wait_for("queries on /query_memory", timeout=120)
+        assert re.search(r"\[memory_node-\d+\] .* ready: .*\(robot alpha, ", out), out[-3000:]  # the launch argument
+        assert "(robot beta, " in beta.wait_for("queries on /beta/query_memory", timeout=120)  # the namespace
+        by_alpha, by_beta, everyone, nobody = _run_client(ros2, plan, tmp_path, ros2.environ(),
+                                                          "--timeout", "120")["responses"]  # fmt: skip
+    finally:
+        beta_code = beta.stop(timeout=30)
+        alpha_code = alpha.stop(timeout=30)
+    for robot, got in (("alpha", by_alpha), ("beta", by_beta)):
+        assert got["ok"] and not got["error"], got  # the server answered (no local-cache-only note)
+        assert got["stamps_ns"] == [stamps[i] for i in top(3, robot)], (robot, got)
+        assert got["robots"] == [robot] * 3 and got["cameras"] == [FLEET[robot][0]] * 3, got
+    assert everyone["ok"] and everyone["stamps_ns"] == [stamps[i] for i in top(4)], everyone
+    assert everyone["robots"] == [robot_of[i] for i in top(4)] and set(everyone["robots"]) == {"alpha", "beta"}
+    assert everyone["scores"] == pytest.approx([float(scores[i]) for i in top(4)], abs=1e-5)
+    assert nobody["ok"] and nobody["stamps_ns"] == [] and nobody["robots"] == [], nobody  # a robot with no rows
+    assert (alpha_code, beta_code) == (0, 0), (alpha.output()[-3000:], beta.output()[-3000:])
+    st = json.loads(stats.read_text())
+    assert (st["robot"], st["spooled"], st["forwarded"], st["refused"]) == ("beta", 6, 6, 0), st
 
 
 #: the rclpy transport's own client (what tools and tests use), in the robot venv against the pip-path node

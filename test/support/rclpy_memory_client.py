@@ -4,9 +4,11 @@ user's own rclpy code would do. Reads a plan, writes what came back.
     python3 rclpy_memory_client.py PLAN.json OUT.json [--service /query_memory] [--timeout 60]
 
 PLAN.json: {"model_id": str, "vectors": [[...], ...], "stamps_ns": [...], "queries": [{QueryMemory.Request
-fields}, ...]}. Publishes one VisualFeatures per vector on /visual_features (frame_id f<i>), waits for the
-service, calls it with a vector query until every row is stored, then makes each query in turn.
-OUT.json: {"responses": [{ok, error, model_id, stamps_ns, frame_ids, cameras, scores}, ...]}.
+fields}, ...], optional "topics": [features topic of each vector]}. Publishes one VisualFeatures per vector
+(frame_id f<i>) on its topic (default /visual_features: one memory node; several topics: several nodes, e.g.
+one per robot), waits for the service, calls it with a vector query until every row is found through it,
+then makes each query in turn.
+OUT.json: {"responses": [{ok, error, model_id, stamps_ns, frame_ids, cameras, robots, scores}, ...]}.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 def _plain(resp) -> dict:
     return {"ok": bool(resp.ok), "error": resp.error, "model_id": resp.model_id, "stamps_ns": list(resp.stamps_ns),
             "frame_ids": list(resp.frame_ids), "cameras": list(resp.cameras),
-            "scores": [float(s) for s in resp.scores]}  # fmt: skip
+            "robots": list(resp.robots), "scores": [float(s) for s in resp.scores]}  # fmt: skip
 
 
 def main(argv: list[str]) -> int:
@@ -41,7 +43,8 @@ def main(argv: list[str]) -> int:
 
     rclpy.init()
     node = rclpy.create_node("rclpy_memory_client")
-    features = node.create_publisher(VisualFeatures, "/visual_features", 10)
+    topics = plan.get("topics") or ["/visual_features"] * len(plan["vectors"])
+    publishers = {t: node.create_publisher(VisualFeatures, t, 10) for t in dict.fromkeys(topics)}
     client = node.create_client(QueryMemory, args.service)
     deadline = time.monotonic() + args.timeout
 
@@ -54,11 +57,13 @@ def main(argv: list[str]) -> int:
 
     if not client.wait_for_service(timeout_sec=args.timeout):
         raise SystemExit(f"{args.service}: no service")
-    while not features.get_subscription_count():
+    while not all(pub.get_subscription_count() for pub in publishers.values()):  # every node listens
+        if time.monotonic() > deadline:
+            raise SystemExit("not every features topic has a subscriber")
         rclpy.spin_once(node, timeout_sec=0.05)
-    for i, (vec, stamp) in enumerate(zip(plan["vectors"], plan["stamps_ns"], strict=True)):
+    for i, (vec, stamp, topic) in enumerate(zip(plan["vectors"], plan["stamps_ns"], topics, strict=True)):
         header = Header(stamp=Time(sec=stamp // 10**9, nanosec=stamp % 10**9), frame_id=f"f{i}")
-        features.publish(VisualFeatures(header=header, model_id=plan["model_id"], dim=len(vec), embedding=vec))
+        publishers[topic].publish(VisualFeatures(header=header, model_id=plan["model_id"], dim=len(vec), embedding=vec))
     while len(call(vector=plan["vectors"][0], top_k=len(plan["vectors"]) + 1).stamps_ns) < len(plan["vectors"]):
         if time.monotonic() > deadline:
             raise SystemExit("the rows were not all stored in time")
