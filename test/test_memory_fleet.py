@@ -335,6 +335,7 @@ def test_bench_fleet_section_accounts_for_every_robots_rows(monkeypatch):
     """A small run of the bench's fleet section (no timing is asserted): robot processes' rows all written, the
     server path's recall against exact top-k, a fresh client that holds nothing, the goals judged at 1M rows."""
     from openclaw_vision.bench import memory as bench_memory
+    from openclaw_vision.bench.goals import FLEET_GOAL_ROWS, FLEET_GOAL_WRITERS, GOALS
 
     monkeypatch.setattr(bench_memory, "QUICK_FLEET_SECONDS", 2.0)
     monkeypatch.setattr(bench_memory, "QUICK_FLAT_OUT_SECONDS", 1.0)
@@ -347,5 +348,9 @@ def test_bench_fleet_section_accounts_for_every_robots_rows(monkeypatch):
         assert w["paced"]["written"] == w["paced"]["offered"] == w["writers"] * 60 and w["paced"]["kept_up"]
         assert w["flat_out_rows_per_s"] > 0 and w["paced"]["query_under_load"]["queries"] > 0
     assert [g["met"] for g in fleet["goals"]] == [False, False, False]  # 600 rows and 2 writers are not the goal's
+    open_goal, query_goal, writers_goal = (g["goal"] for g in fleet["goals"])  # worded from goals.GOALS, once
+    assert f"<= {GOALS['fleet_open_s']:g} s" in open_goal and f"<= {GOALS['fleet_open_rss_mb']:g} MB" in open_goal
+    assert f"P99 <= {GOALS['fleet_query_p99_ms']:g} ms, recall@10 >= {GOALS['fleet_recall_at_10']:g}" in query_goal
+    assert f"at {FLEET_GOAL_ROWS:,} rows" in query_goal and writers_goal.startswith(f"{FLEET_GOAL_WRITERS} writers")
     text = "\n".join(bench_memory.fleet_markdown(fleet))
     assert "| 600 |" in text and "| 2 | " in text

@@ -31,6 +31,11 @@ GOALS: dict[str, float] = {
     "memory_query_p99_ms": 20.0,  # the store's query path
     "memory_recall_at_10": 0.95,  # its top-10 against exact NumPy top-k
     "memory_insert_ratio": 10.0,  # rows/s over 8 cameras x 30 fps
+    # memory mode's fleet section (issue 36): one Chroma server, judged at FLEET_GOAL_ROWS rows, FLEET_GOAL_WRITERS
+    "fleet_open_s": 2.0,  # a fresh client of the server: seconds to open ...
+    "fleet_open_rss_mb": 100.0,  # ... and its RSS growth (MB)
+    "fleet_query_p99_ms": 50.0,  # the server path's query (its index, candidates rescored exactly) ...
+    "fleet_recall_at_10": 0.95,  # ... and its top-10 against exact top-k
     # vlm mode, the GGUF rows
     "gguf_q4_answer_ratio": 1 / 3,  # Q4_0 answer latency over ours in FP32
     "gguf_pipeline_vs_alone": 0.9,  # the VLM pipeline's decode over llama.cpp alone on the same file
@@ -39,6 +44,9 @@ GOALS: dict[str, float] = {
 
 #: the camera count at which the cameras goals are judged
 CAMERAS_GOAL_N = 4
+#: the server fill (rows) at which the fleet's open and query goals are judged, and the robot processes (each
+#: one camera at 30 fps) that must be sustained with nothing lost
+FLEET_GOAL_ROWS, FLEET_GOAL_WRITERS = 1_000_000, 8
 
 
 def row(goal: str, measured: str, met: bool, **extra) -> dict:

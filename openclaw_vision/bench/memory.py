@@ -33,7 +33,7 @@ import numpy as np
 
 from .. import children
 from ..stats import Variant, run_interleaved, summarise
-from .goals import GOALS, row
+from .goals import FLEET_GOAL_ROWS, FLEET_GOAL_WRITERS, GOALS, row
 
 DIM = 512
 SIZES = (10_000, 100_000, 1_000_000)
@@ -47,8 +47,9 @@ QUERIES = 200
 K = 10
 RSS_TIMEOUT_S = 600
 #: the fleet section: robot processes per run, server fills queried, seconds of paced (30 fps) and flat-out writes
-FLEET_WRITERS, QUICK_FLEET_WRITERS = (1, 4, 8), (1, 2)
-FLEET_FILLS, QUICK_FLEET_FILLS = (100_000, 1_000_000), (2_000,)
+#: (the full sweep ends at the goals' point: they are judged at the largest fill and the most writers measured)
+FLEET_WRITERS, QUICK_FLEET_WRITERS = (1, 4, FLEET_GOAL_WRITERS), (1, 2)
+FLEET_FILLS, QUICK_FLEET_FILLS = (100_000, FLEET_GOAL_ROWS), (2_000,)
 FLEET_SECONDS, QUICK_FLEET_SECONDS = 30.0, 3.0
 FLAT_OUT_SECONDS, QUICK_FLAT_OUT_SECONDS = 10.0, 2.0
 FLEET_QUERIES, QUICK_FLEET_QUERIES = 300, 30
@@ -56,8 +57,6 @@ FLEET_QUERIES, QUICK_FLEET_QUERIES = 300, 30
 FILL_BATCH = 5000
 #: a robot's batch: one second of its camera (the memory node's flush_period), or flat out this many rows a call
 FLAT_OUT_BATCH = 240
-#: the issue's goals for a fleet server (issue 36), judged at the largest fill measured
-FLEET_GOALS = {"open_s": 2.0, "open_rss_mb": 100.0, "query_p99_ms": 50.0, "recall_at_10": 0.95}
 
 
 def camera_vectors(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, list[str]]:
@@ -461,26 +460,29 @@ def run_fleet(quick: bool, fills: tuple[int, ...] | None = None, writers: tuple[
 
 
 def fleet_goals(fleet: dict) -> list[dict]:
-    """The issue's fleet goals, judged at the largest fill and the most writers measured."""
+    """The issue's fleet goals (goals.GOALS' fleet_* rows), judged at the largest fill and the most writers
+    measured; a run that stopped short of FLEET_GOAL_ROWS or FLEET_GOAL_WRITERS (--quick) does not meet them."""
     if not fleet.get("fills"):
         return []
     at = fleet["fills"][-1]
-    n, fresh, g = at["rows"], at["fresh_client"], FLEET_GOALS
+    n, fresh, g, big = at["rows"], at["fresh_client"], GOALS, at["rows"] >= FLEET_GOAL_ROWS
     rows = [
-        row(f"a fresh client of the server opens in <= {g['open_s']:g} s, RSS growth <= {g['open_rss_mb']:g} MB "
-            "(at 1,000,000 rows)", f"{fresh['open_s']} s, {fresh['open_rss_mb']} MB at {n:,} rows",
-            fresh["open_s"] <= g["open_s"] and fresh["open_rss_mb"] <= g["open_rss_mb"] and n >= 1_000_000),
-        row(f"server query P99 <= {g['query_p99_ms']:g} ms, recall@10 >= {g['recall_at_10']:g} (at 1,000,000 rows)",
-            f"P99 {at['query']['p99_ms']} ms, recall@10 {at['recall_at_10']} at {n:,} rows",
-            (at["query"]["p99_ms"] or 1e9) <= g["query_p99_ms"] and at["recall_at_10"] >= g["recall_at_10"]
-            and n >= 1_000_000),
+        row(f"a fresh client of the server opens in <= {g['fleet_open_s']:g} s, RSS growth <= "
+            f"{g['fleet_open_rss_mb']:g} MB (at {FLEET_GOAL_ROWS:,} rows)",
+            f"{fresh['open_s']} s, {fresh['open_rss_mb']} MB at {n:,} rows",
+            fresh["open_s"] <= g["fleet_open_s"] and fresh["open_rss_mb"] <= g["fleet_open_rss_mb"] and big),
+        row(f"server query P99 <= {g['fleet_query_p99_ms']:g} ms, recall@10 >= {g['fleet_recall_at_10']:g} "
+            f"(at {FLEET_GOAL_ROWS:,} rows)", f"P99 {at['query']['p99_ms']} ms, recall@10 {at['recall_at_10']} at "
+            f"{n:,} rows", (at["query"]["p99_ms"] or 1e9) <= g["fleet_query_p99_ms"]
+            and at["recall_at_10"] >= g["fleet_recall_at_10"] and big),
     ]  # fmt: skip
     most = max(fleet["writers"], key=lambda w: w["writers"], default=None)
     if most is not None:
         p = most["paced"]
-        rows.append(row(f"8 writers at {FPS} fps each sustained, nothing lost",
+        rows.append(row(f"{FLEET_GOAL_WRITERS} writers at {FPS} fps each sustained, nothing lost",
                         f"{most['writers']} writers: {p['written']:,} of {p['offered']:,} rows written, backlog "
-                        f"at most {p['backlog_max_rows']} rows", p["kept_up"] and most["writers"] >= 8))  # fmt: skip
+                        f"at most {p['backlog_max_rows']} rows",
+                        p["kept_up"] and most["writers"] >= FLEET_GOAL_WRITERS))  # fmt: skip
     return rows
 
 
