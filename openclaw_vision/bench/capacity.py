@@ -24,7 +24,8 @@ For 1 and 4 cameras, raw rgb8 1080p and JPEG, with the sender in a process of it
   job's load).
 - **four cameras at 30 fps**: one multi-camera node against four single-camera nodes (bench/cameras.py
   setups), raw and JPEG, fed by one publisher process and by one per camera, each ratio beside the rates
-  the nodes were delivered (judged only where those are equal).
+  the nodes were delivered; where those differ, the pair again with the senders paced to the lower one
+  (bench/cameras.py `compare`), and only a pair delivered alike is judged.
 - **what a dropped frame costs** (bench/dropcost.py): per transport, the transport's floor beside our
   share (take, decode, validate, count), the path before newest-only beside it.
 
@@ -44,7 +45,7 @@ from pathlib import Path
 from .. import bags, children, threads
 from ..config import IMAGE_TRANSPORTS
 from ..stats import Variant, percentiles, run_interleaved
-from .cameras import FPS, PLAYER_FRAMES, _Features, run_setup, start_player, topics, where_time_goes
+from .cameras import FPS, PLAYER_FRAMES, _Features, compare, start_player, topics, where_time_goes
 from .cameras import node_args as camera_node_args
 from .goals import GOALS, row, within
 from .node import MAX_DROP, BenchError, compute_bound
@@ -374,8 +375,8 @@ def run_capacity(args, work: Path) -> dict:
             print(_line(node), flush=True)
         if 4 in cams and not args.quick:  # bench/cameras.py's two setups, as its own mode runs them
             args.camera_transport = transport
-            trials = [run_setup(setup, 4, args, bag, work / f"four-{transport}", publishers)
-                      for publishers in ("one", "per-camera") for setup in ("multi", "single")]  # fmt: skip
+            trials = [t for publishers in ("one", "per-camera")
+                      for t in compare(4, args, bag, work / f"four-{transport}", publishers, FPS)]  # fmt: skip
             out["four_cameras"][transport] = {"trials": trials, "where_time_goes": where_time_goes(trials),
                                               "camera_transport": transport, "seconds": args.seconds,
                                               "warmup": args.warmup}  # fmt: skip

@@ -1,0 +1,43 @@
+"""bench/cameras.py's like-for-like comparison (issue 38), without nodes: when the two setups' nodes were not
+delivered the same rate (a sender starved by four busy processes), the pair runs again with the senders paced to
+the lower rate, and the goal is judged on the pair that was delivered alike, with the delivered rates beside it."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from openclaw_vision.bench import cameras
+
+
+def _trial(setup: str, publishers: str, fps: float, delivered: float, total: float) -> dict:
+    return {"setup": setup, "cameras": 4, "publishers": publishers, "offered_fps_per_camera": fps, "nodes": 1,
+            "delivered_fps_per_camera": delivered, "input_fps_per_camera": fps, "total_fps": total,
+            "rss_mb": 500.0, "rss_mb_per_process": [400.0] * 4, "min_share_of_mean": 0.9,
+            "per_camera": [{"fps": total / 4}] * 4,
+            "cpu_percent": 190.0, "player_cpu_percent": 20.0}  # fmt: skip
+
+
+def test_an_unequal_pair_is_paced_down_and_judged_on_the_equal_one(monkeypatch, tmp_path):
+    delivered = {("multi", 30.0): 29.6, ("single", 30.0): 18.2}  # issue 38's 30 fps run
+    runs = []
+
+    def fake_run_setup(setup, n, args, bag, work, publishers="one", fps=cameras.FPS):
+        runs.append((setup, publishers, fps))
+        d = delivered.get((setup, fps), fps)  # paced low enough: both receive what is sent
+        return _trial(setup, publishers, fps, d, {"multi": 48.0, "single": 30.0}[setup])
+
+    monkeypatch.setattr(cameras, "run_setup", fake_run_setup)
+    trials = cameras.compare(4, SimpleNamespace(), tmp_path, tmp_path, "one", 30.0)
+    assert runs == [("multi", "one", 30.0), ("single", "one", 30.0), ("multi", "one", 17.3), ("single", "one", 17.3)]
+    assert [t.get("paced", False) for t in trials] == [False, False, True, True]
+    [goal] = [g for g in cameras.goals(trials) if "single-camera nodes at equal" in g["goal"]]
+    assert "paced down from 30" in goal["goal"] and "delivered 17.3 vs 17.3" in goal["measured"]
+    assert goal["met"]  # 48 / 30 = 1.6x, at equal input
+
+    # an equal pair at once is judged as it is; an unequal one that no pacing fixed is shown, not judged
+    equal = [_trial("multi", "per-camera", 15.0, 15.0, 40.0), _trial("single", "per-camera", 15.0, 14.9, 35.0)]
+    unequal = [_trial("multi", "one", 15.0, 15.0, 40.0), _trial("single", "one", 15.0, 9.0, 20.0)]
+    judged = {g["goal"].split(":")[0]: g for g in cameras.goals(equal + unequal)}
+    assert not judged["N=4, 4 publisher processes, 15 fps offered"]["met"]  # 40 / 35 < 1.3
+    bad = judged["N=4, one publisher process, 15 fps offered"]
+    assert not bad["met"] and "delivered input unequal, not judged" in bad["measured"]
