@@ -49,6 +49,7 @@ from .cameras import FPS, PLAYER_FRAMES, _Features, compare, start_player, topic
 from .cameras import node_args as camera_node_args
 from .goals import GOALS, row, within
 from .node import MAX_DROP, BenchError, compute_bound
+from .roles import thread_role
 
 log = logging.getLogger(__name__)
 
@@ -93,33 +94,6 @@ class Trial:
             "cpu_ms_per_frame": self.cpu_ms_per_frame,
             "player_cpu_ms_per_frame": self.player_cpu_ms_per_frame,
         }
-
-
-#: kernel thread name prefix → what that thread of ours does (threads.Thread names them)
-ROLES = {
-    "dds-take": "transport thread (take, deserialize, validate)",
-    "dds-service": "transport thread (services)",
-    "rclpy-spin": "transport thread (rclpy executor: take, deserialize, validate)",
-    "encoder-worker": "worker (encode call, publish; a lone frame's decode and preprocess)",
-    "encoder-prepa": "prepare thread (takes frames, hands batches on)",
-    "prep_": "prepare pool (decode, preprocess)",
-    "diagnostics": "diagnostics",
-}
-
-
-def thread_role(tid: int, comm: str, pid: int, main_comm: str, named: dict[int, str]) -> str:
-    """Which part of the receiver a thread is: by its kernel name (threads.Thread names ours), and where
-    the receiver said which ids are its own (`named`), a thread with one of our names but another id is
-    a runtime's pool thread started from that thread. Every other thread is Cyclone's own."""
-    if tid == pid:
-        return "main"
-    ours = {name[: threads.NAME_BYTES] for name in named.values()}
-    if named and comm in ours and tid not in named:
-        return f"runtime pool (started by {comm})"
-    role = next((r for prefix, r in ROLES.items() if comm.startswith(prefix)), None)
-    if role:
-        return role
-    return "runtime pool (started at load)" if comm == main_comm else "cyclone threads (receive, send, timers)"
 
 
 class Receiver:

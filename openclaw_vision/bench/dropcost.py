@@ -128,7 +128,7 @@ def _snapshot(node, clock: IntakeClock) -> dict[str, Any]:
 
 def _window(a: dict, b: dict) -> dict[str, Any]:
     """Per received frame, from two snapshots: the transport's threads (ticks) and ours (thread clocks)."""
-    from .capacity import thread_role
+    from .roles import thread_role
 
     pid, named = os.getpid(), threads.ours()
     received = max(b["received"] - a["received"], 1)
@@ -171,7 +171,7 @@ def receive(transport: str, path: str, topics: Sequence[str], seconds: float, wa
     if transport == "cyclonedds":  # rclpy takes one per callback whatever we ask (and may lack cyclonedds)
         from ..ros import cyclone
 
-        cyclone.TAKE_AT_MOST = 1 if path == "one" else None  # before the subscriptions are made (all+arena: all)
+        cyclone.TAKE_AT_MOST = 1 if path.split("+")[0] == "one" else None  # before the subscriptions are made
     clock = IntakeClock()
     t = create_transport(transport, "dropcost_receiver", [])
     enc = PausedEncoder()
@@ -198,11 +198,13 @@ def receive(transport: str, path: str, topics: Sequence[str], seconds: float, wa
 
 
 def trial(transport: str, path: str, load: str, n: int, fps: float, seconds: float, warmup: float, bag: Path,
-          work: Path, python: Sequence[str] | None = None,
-          env: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+          work: Path, python: Sequence[str] | None = None, env: dict[str, str] | None = None,
+          cwd: Path | None = None) -> dict[str, Any]:  # fmt: skip
     """One receiver (`python`: the interpreter argv that runs it, default this one; `env` added to its
-    environment) fed by the capacity bench's player at `fps` per camera; with `load` hogs, one busy process
-    per core beside both. Returns the receiver's figures with the player's achieved rate."""
+    environment; `cwd`: where it runs, e.g. outside the checkout so that a colcon install's package, with its
+    generated messages, is the one imported) fed by the capacity bench's player at `fps` per camera; with
+    `load` hogs, one busy process per core beside both. Returns the receiver's figures with the player's
+    achieved rate."""
     from ..ros.dds_config import chosen_uri
     from .cameras import start_player, topics
     from .stop import HOG
@@ -215,7 +217,7 @@ def trial(transport: str, path: str, load: str, n: int, fps: float, seconds: flo
             str(seconds), str(warmup), str(out), *images]  # fmt: skip
     env = {"CYCLONEDDS_URI": chosen_uri(os.environ), **(env or {})}
     with contextlib.ExitStack() as stack:
-        rx = stack.enter_context(children.Child(argv, log_path=work / "receiver.log", env=env))
+        rx = stack.enter_context(children.Child(argv, log_path=work / "receiver.log", env=env, cwd=cwd))
         if rx.wait_for_line("ready", 120.0) != "ready":
             raise RuntimeError(f"drop cost: the receiver did not start ({rx.how}): {rx.log_text()[-1500:]}")
         if load == "hogs":

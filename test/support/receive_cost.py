@@ -6,7 +6,8 @@ real Humble (issue 27 item 4). A measurement, not a test: it prints numbers and 
 
 `--drop`: what a *dropped* frame costs instead (bench/dropcost.py's trial: the encoder node with its
 encoder paused, four 1080p cameras at --fps), on the pip path (a take per sample, and all per take) and under
-rclpy on the real Humble, each idle and beside one CPU hog per core: the transport's floor beside our share.
+rclpy on the real Humble, each idle and beside one CPU hog per core: the transport's floor beside our share;
+`+arena`: the same with glibc's malloc keeping 6 MB blocks in its heap (dropcost.ARENA).
 
 For each transport, ros/echo.py (the encoder node's subscription, QoS and frame validation, a header
 sent back per frame, no encode) receives one camera of raw rgb8 1080p frames from the capacity bench's
@@ -41,6 +42,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--rebuild", action="store_true")
     p.add_argument("--drop", action="store_true", help="the cost of a dropped frame (bench/dropcost.py)")
     p.add_argument("--cameras", type=int, default=4, help="--drop: cameras")
+    p.add_argument("--loads", default=",".join(("idle", "hogs")), help="--drop: idle, hogs or both")
     args = p.parse_args(argv)
 
     from openclaw_vision import bags, children
@@ -91,14 +93,18 @@ def drop_cost(args, ros2, bag: Path) -> int:
     """bench/dropcost.py's trials, the rclpy receiver run by the robot venv's Python in the sourced Humble."""
     from openclaw_vision.bench import dropcost
 
+    robot = [str(ros2.venv / "bin" / "python")]
     setups = {("cyclonedds", "one"): (None, None), ("cyclonedds", "all"): (None, None),
-              ("rclpy", "one"): ([str(ros2.venv / "bin" / "python")], ros2.environ())}  # fmt: skip
+              ("cyclonedds", "all+arena"): (None, dropcost.ARENA), ("rclpy", "one"): (robot, ros2.environ()),
+              ("rclpy", "one+arena"): (robot, {**ros2.environ(), **dropcost.ARENA})}  # fmt: skip
+    cwd = {"rclpy": args.work}  # outside the checkout: the colcon install's package (its messages) is imported
     rows = []
     for r in range(args.rounds):
-        for load in dropcost.LOADS:
+        for load in args.loads.split(","):
             for (transport, path), (python, env) in setups.items() if r % 2 == 0 else list(setups.items())[::-1]:
                 row = dropcost.trial(transport, path, load, args.cameras, args.fps, args.seconds, args.warmup, bag,
-                                     args.work / f"drop-{transport}-{path}-{load}-{r}", python, env)  # fmt: skip
+                                     args.work / f"drop-{transport}-{path}-{load}-{r}", python, env,
+                                     cwd.get(transport))  # fmt: skip
                 rows.append(row)
                 print(dropcost.line(row), flush=True)
     res = {"cameras": args.cameras, "fps": args.fps, "seconds": args.seconds, "warmup": args.warmup, "rows": rows,
