@@ -4,6 +4,7 @@ harness (`Variant`, `run_interleaved`, `summarise`) of the bench, the ladder and
 from __future__ import annotations
 
 import random
+import statistics
 import threading
 import time
 from collections import deque
@@ -93,6 +94,7 @@ class StampGaps:
         self._gaps: deque[int] = deque(maxlen=window)
         self._pending: list[int] = []  # gaps seen before the period was known
         self._prev: int | None = None
+        self._period: float | None = None  # `period()` of the gaps as they are now; None: not computed yet
         self.missing = 0  # frames estimated missing between consecutive stamps
         self.resets = 0  # times the stamps went backwards or jumped, and the estimate started over
 
@@ -107,6 +109,7 @@ class StampGaps:
             self._restart()
             return 0
         self._gaps.append(gap)
+        self._period = None
         if not period:
             self._pending.append(gap)
             if len(self._gaps) < self.warmup:
@@ -122,15 +125,25 @@ class StampGaps:
         return n
 
     def period(self) -> float:
-        """The camera's period in nanoseconds as estimated now; 0.0 until `warmup` gaps are known."""
+        """The camera's period in nanoseconds as estimated now; 0.0 until `warmup` gaps are known.
+
+        Plain Python on at most `window` ints, kept until the next gap: it runs for every frame a camera
+        delivers, dropped ones too, where NumPy's median and mean cost 20-36 us a frame (bench/dropcost.py)."""
+        if self._period is None:
+            self._period = self._estimate()
+        return self._period
+
+    def _estimate(self) -> float:
         if len(self._gaps) < self.warmup:
             return 0.0
-        median = float(np.median(self._gaps))
+        median = statistics.median(self._gaps)
         # the mean of the gaps that hold no loss: a stamp's jitter moves two neighbouring gaps in opposite
         # directions, so their mean stays on the period where a small window's median does not
-        return float(np.mean([g for g in self._gaps if g < INLIER * median]))
+        inliers = [g for g in self._gaps if g < INLIER * median]
+        return sum(inliers) / len(inliers)
 
     def _restart(self) -> None:
+        self._period = None
         self._gaps.clear()
         self._pending = []
         self.resets += 1
