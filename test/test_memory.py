@@ -318,17 +318,38 @@ def test_bench_memory_mode_reports_every_size_and_judges_the_goals(monkeypatch):
 # -- the memory node, a real process over loopback DDS ---------------------------------------------------------
 
 
+def memory_status(msgs) -> list[dict]:
+    """The memory node's key-value status of each /diagnostics message received."""
+    return [{kv.key: kv.value for kv in st.values} for m in msgs for st in m.status
+            if st.name == "memory_node: memory"]  # fmt: skip
+
+
+def start_memory_node(t, args: list[str], log_path, children: list, stats=None):
+    """A memory node as a child process, with a features publisher and a /diagnostics subscription of `t`'s
+    matched to it; returns (node, features publisher, diagnostics inbox, subscription)."""
+    from dds_helpers import Inbox, wait_until
+
+    from openclaw_vision.ros.process import NodeProcess
+    from openclaw_vision.ros.types import DEFAULT, DIAGNOSTIC_ARRAY, VISUAL_FEATURES, QoS
+
+    node = NodeProcess([*args, *(["--stats-json", str(stats)] if stats else [])], log_path=log_path, node="memory")
+    children.append(node)
+    feats = t.publisher("/visual_features", VISUAL_FEATURES, DEFAULT)
+    diag = Inbox()
+    sub = t.subscribe("/diagnostics", DIAGNOSTIC_ARRAY, QoS("reliable", 1), diag)
+    wait_until(lambda: (feats.matched() and sub.matched()) or not node.alive())
+    assert node.alive(), node.log_text()
+    return node, feats, diag, sub
+
+
 @pytest.mark.dds
 def test_memory_node_writes_batches_refuses_other_models_and_survives_sigkill(dds_domain, tmp_path):
     import json
     import signal
     import time
 
-    from dds_helpers import Inbox, wait_until
-
     from openclaw_vision.ros.cyclone import CycloneTransport
-    from openclaw_vision.ros.process import NodeProcess
-    from openclaw_vision.ros.types import DEFAULT, DIAGNOSTIC_ARRAY, HEADER, TIME, VISUAL_FEATURES, QoS
+    from openclaw_vision.ros.types import HEADER, TIME, VISUAL_FEATURES
 
     store = tmp_path / "store"
     rows = planted(20, source="live")
@@ -336,26 +357,14 @@ def test_memory_node_writes_batches_refuses_other_models_and_survives_sigkill(dd
             "0.2", "--batch-rows", "8"]  # fmt: skip
     t = CycloneTransport("test_memory")
 
-    def status(msgs) -> list[dict]:
-        return [{kv.key: kv.value for kv in st.values} for m in msgs for st in m.status
-                if st.name == "memory_node: memory"]  # fmt: skip
-
-    def counted(diag: Inbox, **want):
-        return diag.wait_for(lambda msgs: any(all(s.get(k) == str(v) for k, v in want.items()) for s in status(msgs)),
-                             what=f"counts {want}")  # fmt: skip
+    def counted(diag, **want):
+        return diag.wait_for(lambda msgs: any(all(s.get(k) == str(v) for k, v in want.items())
+                                              for s in memory_status(msgs)), what=f"counts {want}")  # fmt: skip
 
     nodes: list = []
 
     def start(log_name: str, stats: str | None = None):
-        node = NodeProcess([*args, *(["--stats-json", stats] if stats else [])], log_path=tmp_path / log_name,
-                           node="memory")  # fmt: skip
-        nodes.append(node)
-        feats = t.publisher("/visual_features", VISUAL_FEATURES, DEFAULT)
-        diag = Inbox()
-        sub = t.subscribe("/diagnostics", DIAGNOSTIC_ARRAY, QoS("reliable", 1), diag)
-        wait_until(lambda: (feats.matched() and sub.matched()) or not node.alive())
-        assert node.alive(), node.log_text()
-        return node, feats, diag, sub
+        return start_memory_node(t, args, tmp_path / log_name, nodes, stats)
 
     def send(feats, i: int, vec: np.ndarray, model: str = rows.model_id) -> None:
         s = T0 + i * 1_000_000
@@ -386,7 +395,7 @@ def test_memory_node_writes_batches_refuses_other_models_and_survives_sigkill(dd
         # the same rows again: nothing added. Sent until counted: the test's writer may still be matched with
         # the killed node's reader (its lease has not run out), so the first sends can go nowhere
         def seen_all(msgs) -> bool:
-            return any(int(s.get("skipped", 0)) >= 20 for s in status(msgs))
+            return any(int(s.get("skipped", 0)) >= 20 for s in memory_status(msgs))
 
         deadline = time.monotonic() + 60
         while not seen_all(diag.items):

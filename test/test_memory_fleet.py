@@ -10,7 +10,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_memory import DIM, T0, _cli, _features_bag, _query, exact_top, planted, unit
+from test_memory import (
+    DIM,
+    T0,
+    _cli,
+    _features_bag,
+    _query,
+    exact_top,
+    memory_status,
+    planted,
+    start_memory_node,
+    unit,
+)
 
 from openclaw_vision.memory.store import Rows, StoreUnavailable, VisualMemory
 
@@ -226,13 +237,12 @@ def test_store_and_forward_through_a_server_outage_and_a_sigkill(dds_domain, tmp
     import json
     import signal
 
-    from dds_helpers import Inbox, wait_until
+    from dds_helpers import wait_until
 
     from openclaw_vision.children import free_port
     from openclaw_vision.memory.server import start_server
     from openclaw_vision.ros.cyclone import CycloneTransport
-    from openclaw_vision.ros.process import NodeProcess
-    from openclaw_vision.ros.types import DEFAULT, DIAGNOSTIC_ARRAY, HEADER, QUERY_MEMORY, TIME, VISUAL_FEATURES, QoS
+    from openclaw_vision.ros.types import HEADER, QUERY_MEMORY, TIME, VISUAL_FEATURES
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -243,24 +253,12 @@ def test_store_and_forward_through_a_server_outage_and_a_sigkill(dds_domain, tmp
     t = CycloneTransport("test_memory_forward")
     children: list = []
 
-    def status(msgs) -> list[dict]:
-        return [{kv.key: kv.value for kv in st.values} for m in msgs for st in m.status
-                if st.name == "memory_node: memory"]  # fmt: skip
-
-    def counted(diag: Inbox, what: str, pred) -> dict:
-        got = diag.wait_for(lambda msgs: any(pred(s) for s in status(msgs)), what=what)
-        return next(s for s in status(got) if pred(s))
+    def counted(diag, what: str, pred) -> dict:
+        got = diag.wait_for(lambda msgs: any(pred(s) for s in memory_status(msgs)), what=what)
+        return next(s for s in memory_status(got) if pred(s))
 
     def start_node(log_name: str, stats=None):
-        node = NodeProcess([*args, *(["--stats-json", str(stats)] if stats else [])], log_path=tmp_path / log_name,
-                           node="memory")  # fmt: skip
-        children.append(node)
-        feats = t.publisher("/visual_features", VISUAL_FEATURES, DEFAULT)
-        diag = Inbox()
-        sub = t.subscribe("/diagnostics", DIAGNOSTIC_ARRAY, QoS("reliable", 1), diag)
-        wait_until(lambda: (feats.matched() and sub.matched()) or not node.alive())
-        assert node.alive(), node.log_text()
-        return node, feats, diag
+        return start_memory_node(t, args, tmp_path / log_name, children, stats)[:3]
 
     def send(feats, i: int) -> None:
         s = rows.stamps_ns[i]
