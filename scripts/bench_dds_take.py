@@ -76,7 +76,8 @@ def take_times(rounds: int, slow_rounds: int) -> dict[str, list[float]]:
                             ("public take, no table", bare)):  # fmt: skip
             reader = DataReader(p, topic, qos=qos)
             if name == "ctypes takecdr":
-                paths[name] = (topic, reader, lambda r: decode(cyclone.take_serialized_ref(lib, r._ref, mask)[0]))
+                taker = cyclone.Taker(lib, reader._ref, int(mask), 1)  # the node's take, one sample a call
+                paths[name] = (topic, reader, lambda r, t=taker: decode(t.take().samples[0]))
             elif name == "ddspy_take copy":
                 paths[name] = (topic, reader, lambda r: decode(ddspy_take(r._ref, mask, 1)[0][0]))
             else:

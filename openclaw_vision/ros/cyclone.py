@@ -167,25 +167,6 @@ def _view(lib, sd: int) -> memoryview:
     return memoryview(buf).cast("B").toreadonly()
 
 
-def take_serialized_ref(lib, reader: int, mask: int) -> tuple[Any, bool] | None:
-    """(a read-only memoryview of one sample's CDR bytes, valid_data), or None when empty.
-
-    The view points into Cyclone's own copy of the sample (`_view`): no copy at all."""
-    from cyclonedds.core import DDSException
-
-    sd = ctypes.c_void_p()
-    info = native_check.SampleInfo()
-    n = lib.dds_takecdr(reader, ctypes.byref(sd), 1, ctypes.byref(info), mask)
-    if n < 0:
-        raise DDSException(n, "dds_takecdr")
-    if n == 0:
-        return None
-    try:
-        return (_view(lib, sd.value), True) if info.valid_data else (b"", False)
-    finally:
-        lib.ddsi_serdata_unref(sd)  # the take's reference; the view holds its own
-
-
 @dataclass
 class Taken:
     """What one take call gave: the samples with data, oldest first (views of Cyclone's own bytes, or
@@ -200,9 +181,10 @@ class Taken:
 TAKE_AT_MOST: int | None = None
 
 
-class _Taker:
+class Taker:
     """`dds_takecdr` of up to `most` samples into arrays made once (one take thread uses them): the
-    reader's whole content in one call, one wake-up for all of it. Measured: `bench --mode capacity`'s
+    reader's whole content in one call, one wake-up for all of it. Each sample is a view of Cyclone's own
+    bytes (`_view`): no copy at all. Measured: `bench --mode capacity`'s
     drop-cost section."""
 
     def __init__(self, lib, reader: int, mask: int, most: int) -> None:
@@ -254,7 +236,7 @@ class _Subscription:
         self._most = min(rq.depth, TAKE_AT_MOST or rq.depth)
         self._taker = None
         if self.zero_copy:
-            self._taker = _Taker(self._lib, self._reader._ref, int(self._mask), self._most)
+            self._taker = Taker(self._lib, self._reader._ref, int(self._mask), self._most)
         self.takes = 0
         self._reliable = qos.reliability == "reliable"
         self.take_failures = Throttle()  # .total: takes that raised
