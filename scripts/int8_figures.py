@@ -184,7 +184,7 @@ def run_arch(name: str, profile_names: list[str], frames: list, args, folder: Pa
         common = dict(calib=Path("<sample frames: pan>"), measure_memory=False, text_model=text,
                       heldout_frames=args.heldout, calib_frames=args.calib_frames, sweep=args.sweep)  # fmt: skip
         plain_path, ours_path = paths["plain"], paths["ours"]
-        plain = quantize(QuantOptions(fp32, out=plain_path, smooth=False, max_float=0, sensitivity=False,
+        plain = quantize(QuantOptions(fp32, out=plain_path, smooth=False, split=False, max_float=0, sensitivity=False,
                                       gate=WRITE_ANYWAY, **common), frames)  # fmt: skip
         ours = quantize(QuantOptions(fp32, out=ours_path, **common), frames)
         # the same frames, split and capped as quantize did them: the evaluator's held-out set and the calibration

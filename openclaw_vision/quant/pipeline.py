@@ -45,7 +45,7 @@ from ..models import onnx_files
 from ..ortsession import session
 from ..phases import PhaseLog
 from ..stats import Variant, first_call_s, run_interleaved
-from . import calibrate, crossmodal, data, memory, partition, sensitivity, shift, smooth
+from . import calibrate, crossmodal, data, memory, partition, sensitivity, shift, smooth, split
 from .evaluate import Evaluator, embed, worst
 from .graph import quantisable_layers
 from .qdq import SCHEMES, build_probe_model, build_qdq_model, build_switch_model
@@ -111,6 +111,7 @@ class QuantOptions:
     report: Path | None = None  # the report folder (the re-gate set goes there); None: `report_dir`'s default
     partition_runtimes: tuple[str, ...] = ("onnxruntime",)  # the runtimes the partition's gate scores on
     smooth: bool = True  # outlier migration into the LayerNorms before INT8 (smooth.py); False: the plain path
+    split: bool = True  # FC2 outlier units to an FP32 side path (split.py); False: the plain path
     shift: Path | None = None  # the gate's distribution-shift row: another bag or image folder (None: shift.scenes)
     shift_frames: int = 16  # frames of the shift row (0: no shift row)
 
@@ -222,6 +223,7 @@ def calibration_phase(ws: Workspace, layers, qdata, opts: QuantOptions, progress
     With migration on, the migratable activations also keep a row sample (smooth.ROWS rows each)."""
     tensors = sorted({layer.activation for layer in layers})
     rows = {g.activation: smooth.ROWS for g in smooth.groups(ws.graph, layers)} if opts.smooth else {}
+    keep = bool(rows) or opts.split  # the per-channel |max| the split chooses its units by
     observe = ws.write(calibrate.observation_model(ws.graph, tensors), "observe")
     obs = session(observe, opts.threads, level="basic", quiet=True)
     batch = calibrate.observe_batch(obs, tensors)
@@ -232,31 +234,38 @@ def calibration_phase(ws: Workspace, layers, qdata, opts: QuantOptions, progress
     reference = {res: embed(obs, x, batch) for res, x in qdata.heldout.items()}
     del obs
     ranges = {m: calibrate.compute_ranges(stats, m, opts.percentile) for m in calibrate.METHODS}
-    return Calibration(ranges, reference, batch, per_image, stats if rows else {})
+    return Calibration(ranges, reference, batch, per_image, stats if keep else {})
 
 
-def smooth_phase(ws: Workspace, layers, qdata, cal: Calibration, opts: QuantOptions, progress) -> list:
-    """Outlier migration (smooth.py): choose alpha per migratable activation, fold the factors into the workspace's
-    FP32 graph, and measure the migrated activations' ranges again (one FP32 pass over those tensors only).
-    Returns the `smooth.Migration` of every migratable activation (alpha None: left as it was)."""
-    if not opts.smooth or not cal.stats:
-        return []
+def outlier_phase(ws: Workspace, layers, qdata, cal: Calibration, opts: QuantOptions, progress) -> tuple[list, list]:
+    """Outlier migration (smooth.py: alpha per migratable activation) and the FC2 split (split.py: outlier hidden
+    units to an FP32 side path), folded into the workspace's FP32 graph in one rewrite; then the changed
+    activations' ranges are measured again (one FP32 pass over those tensors only).
+    Returns the `smooth.Migration` of every migratable activation (alpha None: left as it was) and each
+    `split.Split`."""
+    if not cal.stats:
+        return [], []
     reader = ws.reader()
-    migrations = smooth.plan(ws.graph, layers, cal.stats, reader.array, opts.scheme, progress)
+    migrations = smooth.plan(ws.graph, layers, cal.stats, reader.array, opts.scheme, progress) if opts.smooth else []
+    splits = split.plan(layers, cal.stats) if opts.split else []
     cal.stats = {}  # the row samples are spent (ViT-bigG-14: hundreds of MB)
     moved = [m for m in migrations if m.alpha is not None]
-    if not moved:
-        return migrations
+    if not moved and not splits:
+        return migrations, splits
     graph, weights = smooth.rewrite(ws.graph, migrations, reader.array)
+    graph, weights = split.rewrite(graph, splits, weights, reader.array)
     ws.replace(graph, weights)
-    tensors = sorted({m.group.activation for m in moved})
-    obs = session(ws.write(calibrate.observation_model(ws.graph, tensors), "observe-migrated"), opts.threads,
+    tensors = sorted({m.group.activation for m in moved} | {sp.fc2.activation for sp in splits})
+    obs = session(ws.write(calibrate.observation_model(ws.graph, tensors), "observe-rewritten"), opts.threads,
                   level="basic", quiet=True)  # fmt: skip
     stats = calibrate.collect_stats(obs, tensors, qdata.batches(calibrate.observe_batch(obs, tensors)), progress)
     del obs
     for m in calibrate.METHODS:
         cal.ranges[m].update(calibrate.compute_ranges(stats, m, opts.percentile))
-    return migrations
+    for sp in splits:
+        log.info("split %s: units %s (|max| %s, median unit %.3g) to an FP32 side path", sp.fc2.label, sp.units,
+                 [round(a, 1) for a in sp.absmax], sp.median)  # fmt: skip
+    return migrations, splits
 
 
 @dataclass
@@ -414,6 +423,7 @@ class Found:
     max_float: int
     int8_files: list[str]
     migrations: list = field(default_factory=list)  # smooth.Migration per migratable activation
+    splits: list = field(default_factory=list)  # split.Split per FC2 whose outlier units run apart in FP32
 
 
 def _calibration_section(opts: QuantOptions, f: Found) -> dict:
@@ -482,14 +492,20 @@ def _migration_section(opts: QuantOptions, f: Found) -> dict:
             "layers": [m.as_dict() for m in f.migrations]}  # fmt: skip
 
 
+def _vision_config(meta: dict[str, str]):
+    from ..models.configs import VisionConfig
+
+    try:
+        return VisionConfig(**json.loads(meta["vision_config"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def layer_flops(layers, meta: dict[str, str]) -> dict[str, float]:
     """GEMM FLOPs per image of each quantisable layer, from the export's vision_config (equal weights when the
     model does not say its shape): what the INT8 share is measured in."""
-    try:
-        from ..models.configs import VisionConfig
-
-        cfg = VisionConfig(**json.loads(meta["vision_config"]))
-    except (KeyError, TypeError, ValueError):
+    cfg = _vision_config(meta)
+    if cfg is None:
         return {layer.node: 1.0 for layer in layers}
     t, w = cfg.tokens, cfg.width
     per_role = {"qkv": 2 * t * w * 3 * w, "attn_out": 2 * t * w * w, "mlp_fc": 2 * t * w * cfg.mlp_dim,
@@ -498,11 +514,14 @@ def layer_flops(layers, meta: dict[str, str]) -> dict[str, float]:
     return {layer.node: float(per_role.get(layer.role, 2 * t * w * w)) for layer in layers}
 
 
-def int8_flop_share(layers, kept_float, meta: dict[str, str]) -> float:
-    """The share of the quantisable layers' GEMM FLOPs that run INT8 (1.0: none kept float)."""
+def int8_flop_share(layers, kept_float, meta: dict[str, str], split_units: int = 0) -> float:
+    """The share of the GEMM FLOPs that run INT8 (1.0: none kept float). The FC2 split's side paths (split.py:
+    two GEMMs of width × units per token) count as float."""
     flops = layer_flops(layers, meta)
-    total = sum(flops.values())
-    return 1.0 - sum(flops[n] for n in kept_float) / total if total else 1.0
+    cfg = _vision_config(meta)
+    side = 4.0 * cfg.tokens * cfg.width * split_units if cfg is not None else 0.0
+    total = sum(flops.values()) + side
+    return 1.0 - (sum(flops[n] for n in kept_float) + side) / total if total else 1.0
 
 
 def sections(opts: QuantOptions, f: Found) -> dict:
@@ -519,7 +538,9 @@ def sections(opts: QuantOptions, f: Found) -> dict:
         "kept_float_labels": [next(x.label for x in layers if x.node == n) for n in part.kept_float],
         "float_by_construction": "LayerNormalization, Softmax, GELU, residual Add, attention QK^T and PV MatMuls",
         "migration": _migration_section(opts, f),
-        "int8_flop_share": round(int8_flop_share(f.src.layers, part.kept_float, f.src.meta), 4),
+        "split": {"on": opts.split, "layers": [sp.as_dict() for sp in f.splits]},
+        "int8_flop_share": round(int8_flop_share(f.src.layers, part.kept_float, f.src.meta,
+                                                 sum(len(sp.units) for sp in f.splits)), 4),
         "max_float": f.max_float,
         "trials": [{"keep_float": t.keep_float, **worst(t.metrics).as_dict(), "passed": t.passed(opts.gate)}
                    for t in part.trials],
@@ -605,8 +626,8 @@ def quantize(opts: QuantOptions, frames=None) -> QuantResult:
     with Workspace(opts.fp32_model, opts.out.parent) as ws:
         with phases.phase("FP32: calibration pass and reference embeddings"):
             cal = calibration_phase(ws, layers, qdata, opts, progress)
-        with phases.phase("outlier migration (LayerNorm → GEMM)"):
-            migrations = smooth_phase(ws, layers, qdata, cal, opts, progress)
+        with phases.phase("outliers: migration (LayerNorm → GEMM), FC2 split"):
+            migrations, splits = outlier_phase(ws, layers, qdata, cal, opts, progress)
         with phases.phase("quantise weights"):
             ws.quantise_weights(layers, progress)
         text_ref, text_note = (
@@ -643,7 +664,7 @@ def quantize(opts: QuantOptions, frames=None) -> QuantResult:
             elif opts.out.exists():
                 onnx_files.remove_model(opts.out)  # a stale model from an earlier passing run must not look current
     found = Found(src, qdata, cal, text_ref, text_note, evaluator, methods, rank, part, by_runtime, checks,
-                  max_float, int8_files, migrations)  # fmt: skip
+                  max_float, int8_files, migrations, splits)  # fmt: skip
     return QuantResult(
         passed=part.passed, model=src.model_id or opts.fp32_model.stem, gate=opts.gate, worst=worst(part.metrics),
         kept_float=part.kept_float, layers=len(layers), int8_model=str(opts.out) if part.passed else None,

@@ -18,8 +18,11 @@ seed give the same weights every time), so the quantiser's tests and figures mee
   Models", §5 CLIP ViT-L): two fixed residual dimensions reach > 100 and >= 1000× the median on
   two fixed patch tokens, from the middle block on. Made as real towers make them: one MLP hidden
   unit of that block fires on those tokens only (an FC2 input near 200 against single digits) and
-  writes into the two dimensions; the residual stream keeps them. The tokens are marked through one
-  positional-embedding dimension. Changes the function: the profile is its own FP32 reference.
+  writes into the two dimensions; the residual stream keeps them. In every later block they are attention
+  sinks, as Sun et al. (§4) found massive-activation tokens to be: attention gathers on them and they act as
+  fixed biases (a query bias toward their keys, as in `registers`); without that, at width 1024 and 257 tokens,
+  two tokens of two dimensions were too weak to fail plain INT8 (ViT-L/14: mean cosine 0.99973). The tokens
+  are marked through one positional-embedding dimension. Changes the function: its own FP32 reference.
 - `registers` — high-norm tokens (Darcet et al. 2023, "Vision Transformers Need Registers":
   OpenCLIP and DINOv2 ViT-L and up, from about a third of the depth, ~2 % of the patch tokens
   reach norms above 150 against tens elsewhere, and the CLS token's attention gathers on them).
@@ -132,6 +135,20 @@ def _detector(model: VisionTransformer, block: int, dim: int, tokens: list[int],
             blk.mlp.c_fc.bias[u] = -gain * thr
 
 
+def _sinks(model: VisionTransformer, first: int, token: torch.Tensor) -> None:
+    """From block `first` on, tokens whose residual is dominated by `token` become attention sinks: a query bias
+    toward their key, so every query scores them ~SINK_LOGIT above the rest in every head."""
+    cfg = model.cfg
+    w, hd = cfg.width, cfg.width // cfg.heads
+    for later in model.transformer.resblocks[first:]:
+        with torch.no_grad():
+            y = later.ln_1(token)  # what ln_1 makes of such a token (its norm dominates)
+            k = torch.nn.functional.linear(y, later.attn.in_proj_weight[w : 2 * w], later.attn.in_proj_bias[w : 2 * w])
+            for h in range(cfg.heads):
+                kh = k[h * hd : (h + 1) * hd]
+                later.attn.in_proj_bias[h * hd : (h + 1) * hd] += SINK_LOGIT * hd**0.5 * kh / kh.dot(kh)
+
+
 def _residual(model: VisionTransformer, block: int) -> torch.Tensor:
     return _capture(model, model.transformer.resblocks[block], _probe_pixels(model))
 
@@ -148,9 +165,13 @@ def massive(model: VisionTransformer, rng: np.random.Generator, avoid: tuple[int
     median = float(_residual(model, layer).abs().median())
     target = max(200.0, 2000.0 * median)  # margin over >100 and >=1000x: frames fire the unit unevenly
     blk = model.transformer.resblocks[layer]
+    sign = torch.tensor([1.0, -1.0])
     with torch.no_grad():
         blk.mlp.c_proj.weight[:, unit] = 0.0
-        blk.mlp.c_proj.weight[out_dims, unit] = torch.tensor([1.0, -1.0]) * target / MASSIVE_FC2
+        blk.mlp.c_proj.weight[out_dims, unit] = sign * target / MASSIVE_FC2
+    token = torch.zeros(cfg.width)
+    token[out_dims] = sign * target
+    _sinks(model, layer + 1, token)  # Sun et al. §4: attention gathers on the massive tokens (fixed biases)
     return {"block": layer, "dims": out_dims, "tokens": tokens, "marker_dim": marker, "fc2_unit": unit,
             "target": round(target, 1)}  # fmt: skip
 
@@ -172,16 +193,7 @@ def registers(model: VisionTransformer, rng: np.random.Generator, avoid: tuple[i
     blk = model.transformer.resblocks[layer]
     with torch.no_grad():
         blk.mlp.c_proj.weight[:, units] = (direction * target / (REGISTER_UNITS * MASSIVE_FC2 / 4))[:, None]
-    # later blocks: the high-norm tokens become attention sinks (a query bias toward their keys)
-    w, hd = cfg.width, cfg.width // cfg.heads
-    for later in model.transformer.resblocks[layer + 1 :]:
-        with torch.no_grad():
-            ln = later.ln_1
-            y = ln(direction * target)  # what ln_1 makes of a register token (its norm dominates)
-            k = torch.nn.functional.linear(y, later.attn.in_proj_weight[w : 2 * w], later.attn.in_proj_bias[w : 2 * w])
-            for h in range(cfg.heads):
-                kh = k[h * hd : (h + 1) * hd]
-                later.attn.in_proj_bias[h * hd : (h + 1) * hd] += SINK_LOGIT * hd**0.5 * kh / kh.dot(kh)
+    _sinks(model, layer + 1, direction * target)
     return {"block": layer, "tokens": tokens, "marker_dim": marker, "fc2_units": units, "norm": round(target, 1)}
 
 

@@ -119,6 +119,11 @@ def _migration_lines(r: dict) -> list[str]:
         alpha = "not migrated" if m["alpha"] is None else f"{m['alpha']}"
         lines.append(f"| {', '.join(m['layers'])} | {alpha} | {m['local_cosine_plain']:.6f} | {m['local_cosine']:.6f}"
                      f" | {fac} |")  # fmt: skip
+    splits = (r.get("split") or {}).get("layers") or []
+    if splits:
+        lines += ["", "## FC2 outlier units computed apart in FP32 (quant/split.py)", "",
+                  "| layer | units | their |max| | median unit's |max| |", "|---|---|---|---|"]  # fmt: skip
+        lines += [f"| {sp['layer']} | {sp['units']} | {sp['unit_absmax']} | {sp['median_absmax']} |" for sp in splits]
     return lines
 
 
