@@ -1,5 +1,6 @@
 """Real CLIP's outliers and INT8, on the tiny tower: the outlier profiles, the plain path's failure on each,
-and the outlier-aware path (SmoothQuant-style migration + partition) passing with most GEMM FLOPs INT8.
+and the outlier-aware path (SmoothQuant-style migration, the FC2 split, partition) passing with most GEMM FLOPs
+INT8.
 
 The profiles (quant/profiles.py) stand in for real weights; what is asserted is what a user with real
 weights would notice: the plain INT8 model is refused by the gate, ours is accepted and stays INT8.
@@ -123,8 +124,9 @@ def test_plain_int8_fails_the_gate_and_the_outlier_aware_default_passes(profile,
     from openclaw_vision.encoders.trt_rules import explicit_quantisation_problems
 
     model = profile_models[profile]
-    plain = _quantize(model, calib_frames, tmp_path / "plain.onnx", smooth=False, split=False, max_float=0,
-                      sensitivity=False)
+    plain = _quantize(
+        model, calib_frames, tmp_path / "plain.onnx", smooth=False, split=False, max_float=0, sensitivity=False
+    )
     assert not plain.passed and not (tmp_path / "plain.onnx").exists()  # the gate refuses it: no model written
     # the default path; max_float 3: the tiny tower's default (a quarter of its 10 layers) is 2
     ours = _quantize(model, calib_frames, tmp_path / "ours.onnx", max_float=3)
@@ -195,3 +197,20 @@ def test_migration_keeps_the_fp32_function(profile_models, calib_frames, tmp_pat
     b = session(graph.SerializeToString()).run(None, {"pixel_values": x})[0]
     cos = np.sum(a * b, 1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
     assert cos.min() > 0.99999
+
+
+def test_split_leaves_a_tower_without_outlier_units_alone(tmp_path):
+    """A random-init tower's FC2 inputs have no outlier unit: no side path (nothing float added, nothing to pay)."""
+    import onnx
+
+    from openclaw_vision.models.export import export_model
+    from openclaw_vision.ortsession import session
+    from openclaw_vision.quant import calibrate, split
+    from openclaw_vision.quant.graph import quantisable_layers
+
+    model = onnx.load(str(export_model("tiny", tmp_path / "tiny.fp32.onnx").path))
+    layers = quantisable_layers(model)
+    fc2 = [layer.activation for layer in layers if layer.role == "mlp_proj"]
+    x = np.random.default_rng(1).standard_normal((4, 3, 224, 224)).astype(np.float32)
+    obs = session(calibrate.observation_model(model, fc2).SerializeToString(), level="basic")
+    assert split.plan(layers, calibrate.collect_stats(obs, fc2, [x])) == []
