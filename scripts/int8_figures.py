@@ -55,6 +55,12 @@ WRITE_ANYWAY = GateSpec(mean_cosine=-1.0, min_cosine=-1.0, nn_agreement=0.0, zer
 
 
 def fp32_model(name: str, profile: str, path: Path) -> Path:
+    """The group's FP32 export, made once; a profile export made by other profile code is made again."""
+    if profile != "none" and path.exists():
+        made_by = onnx_files.read_metadata(path).get(profiles.DIGEST_KEY)
+        if made_by != profiles.source_digest():
+            log.info("%s: made by other profile code (%s): exported again", path.name, made_by)
+            onnx_files.remove_model(path)
     if not path.exists():
         if profile == "none":
             export_model(name, path)

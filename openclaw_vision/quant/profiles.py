@@ -60,6 +60,8 @@ PROFILES = ("ln-channels", "massive", "registers", "k-narrow", "clip-like")
 FUNCTION_KEPT = frozenset({"ln-channels", "k-narrow"})
 #: The metadata key that names an export's profile.
 PROFILE_KEY = "outlier_profile"
+#: The metadata key holding `source_digest()` of the code that made it (a cached export of older code is stale).
+DIGEST_KEY = "outlier_profile_digest"
 WIDEN = (20.0, 100.0)  # RepQ-ViT / FQ-ViT: post-LN channel ranges tens of times the median channel's
 MASSIVE_FC2 = 200.0  # the FC2 input of the firing unit
 REGISTER_UNITS = 4
@@ -286,6 +288,11 @@ def export_profile(name: str, profile: str, out: Path, seed: int = 0) -> Path:
     return path
 
 
+def source_digest() -> str:
+    """CRC-32 of this module's source: what made a profile export, so a cache (the figures script) knows stale."""
+    return f"{zlib.crc32(Path(__file__).read_bytes()):08x}"
+
+
 def _stamp_profile(path: Path, info: ProfileInfo) -> None:
     """Name the profile in the export's metadata (the graph is rewritten; external weights stay where they are)."""
     import json
@@ -296,6 +303,8 @@ def _stamp_profile(path: Path, info: ProfileInfo) -> None:
 
     full = onnx.load(str(path), load_external_data=False)
     meta = onnx_files.metadata_of(full)
-    meta.update({PROFILE_KEY: info.profile, f"{PROFILE_KEY}_notes": json.dumps(info.notes)})
+    meta.update(
+        {PROFILE_KEY: info.profile, f"{PROFILE_KEY}_notes": json.dumps(info.notes), DIGEST_KEY: source_digest()}
+    )
     onnx_files.set_metadata(full, meta)
     Path(path).write_bytes(full.SerializeToString())
