@@ -1,6 +1,6 @@
 """The fleet's visual memory (issue 36) on a real `chroma run` on loopback: robots' rows visible to every
 client's next query, a server client that loads nothing, robot filters, and store and forward through a
-server outage and a SIGKILL of the node.
+server outage and a SIGKILL of the node, and past a batch the server refuses for good.
 
 Planted vectors (test_memory.planted): exact ranks and scores are known, so the server path's answers (its
 index's candidates, rescored exactly) are checked against exact top-k, not against themselves.
@@ -143,7 +143,8 @@ def test_search_by_robot_from_the_command_line(tiny_text_model, tmp_path, capsys
 
 def test_a_server_that_hangs_is_an_error_not_a_hang(tmp_path, monkeypatch):
     """A server stopped mid-run (SIGSTOP: it holds its socket and answers nothing) makes each call fail with
-    StoreUnavailable after the call timeout, and a client opened meanwhile fails too; once the server runs
+    StoreUnavailable after the call timeout (a query, and a write: a timeout is retried by the forwarder, never
+    taken for a refusal), and a client opened meanwhile fails too; once the server runs
     again the same client answers (it connects again), with exact ranks."""
     import signal
 
@@ -157,10 +158,13 @@ def test_a_server_that_hangs_is_an_error_not_a_hang(tmp_path, monkeypatch):
     with child:
         memory = VisualMemory(url)
         memory.add(rows)
+        writer = VisualMemory(url)  # another client, its collection known: its next call is a write
         child.send(signal.SIGSTOP)
         try:
             with pytest.raises(StoreUnavailable, match="a query failed"):
                 memory.search(rows.vectors[4], rows.model_id, top_k=1)
+            with pytest.raises(StoreUnavailable, match="ReadTimeout"):  # a write timing out: retried, not refused
+                writer.add(planted(4, seed=19, robot="A"))
             with pytest.raises(StoreUnavailable, match="no Chroma server answers"):
                 VisualMemory(url)
         finally:
@@ -223,9 +227,85 @@ def test_a_full_spool_refuses_rows_counts_and_logs_them(tmp_path, caplog):
         with pytest.raises(StoreUnavailable):
             node.forward()
         assert len(spool) == st["spooled"]  # nothing left the spool without the server
+        assert spool.aside_rows == 0 and node.stats()["set_aside"] == 0  # connection refused: retried, not set aside
     finally:
         spool.close()
         t.close()
+
+
+def test_a_batch_the_server_refuses_is_set_aside_and_the_rows_behind_it_go_on(chroma, tmp_path, caplog):
+    """Three spooled batches, the middle one holding a NaN (the server's validation refuses it, every time):
+    the forwarder sends the first and the third, moves the middle one to the spool's `refused` table with the
+    server's reason, counts it and logs it once; forwarding again sends nothing more. The set-aside rows stay on
+    disk, readable with sqlite3, after the spool is closed and opened again."""
+    import sqlite3
+
+    from openclaw_vision import config
+    from openclaw_vision.memory.spool import SPOOL_FILE, Spool
+    from openclaw_vision.ros.cyclone import CycloneTransport
+    from openclaw_vision.ros.memory_node import MemoryNode
+
+    rows = planted(24, seed=30, source="live", robot="A")
+    bad = rows.vectors.copy()
+    bad[10, 3] = np.nan
+    cfg = config.MemoryConfig(store=chroma, spool=str(tmp_path / "spool"), batch_rows=8, robot="A")
+    spool = Spool(cfg.spool, cfg.spool_max_mb)
+    assert spool.put(Rows(bad, rows.stamps_ns, rows.frame_ids, rows.cameras, rows.model_id, "live",
+                          robot="A")) == 24  # fmt: skip
+    t = CycloneTransport("test_memory_set_aside")
+    try:
+        node = MemoryNode(cfg, t, VisualMemory(chroma), None, spool, "A")
+        with caplog.at_level("ERROR", logger="memory_node"):
+            node.forward()  # batches of batch_rows: seq 1-8, 9-16 (the NaN), 17-24
+            assert node.forward() == 0  # the refused batch is not sent again
+        st = node.stats()
+        assert (st["forwarded"], st["set_aside"], st["spool_set_aside"], st["spool_rows"]) == (16, 8, 8, 0)
+        assert st["forward_failures"] == 0 and st["refused"] == 0
+        lines = [r.getMessage() for r in caplog.records if "set aside" in r.getMessage()]
+        assert len(lines) == 1 and "8 rows" in lines[0] and "Non-finite" in lines[0], lines
+        ids = rows.ids()
+        on_server = VisualMemory(chroma)._collection.get(ids=ids, include=[])["ids"]
+        assert sorted(on_server) == sorted(ids[:8] + ids[16:])
+    finally:
+        spool.close()
+        t.close()
+    spool = Spool(cfg.spool, cfg.spool_max_mb)  # the next start: still set aside, not in line
+    assert (len(spool), spool.aside_rows, spool.peek(100)) == (0, 8, [])
+    spool.close()
+    con = sqlite3.connect(f"file:{tmp_path / 'spool' / SPOOL_FILE}?mode=ro", uri=True)
+    kept = con.execute("SELECT robot, stamp_ns, vector, reason FROM refused ORDER BY seq").fetchall()
+    con.close()
+    assert [k[1] for k in kept] == list(rows.stamps_ns[8:16]) and {k[0] for k in kept} == {"A"}
+    np.testing.assert_array_equal(np.stack([np.frombuffer(k[2], np.float32) for k in kept]), bad[8:16])
+    assert all("Non-finite" in k[3] for k in kept)
+
+
+@pytest.mark.parametrize(
+    ("kind", "args", "for_good"),
+    [
+        ("chromadb.errors.InvalidArgumentError", ("Non-finite float value at embedding index 0: NaN",), True),
+        ("chromadb.errors.DuplicateIDError", ("Expected IDs to be unique",), True),
+        ("builtins.ValueError", ("Expected metadata to be a non-empty dict",), True),  # chromadb's own checks
+        ("builtins.TypeError", ("Integer exceeds 64-bit range",), True),  # orjson cannot encode the batch
+        ("httpx.ConnectError", ("[Errno 111] Connection refused",), False),
+        ("httpx.ReadTimeout", ("timed out",), False),
+        ("chromadb.errors.InternalError", ("the server failed",), False),
+        ("chromadb.errors.RateLimitError", ("slow down",), False),
+        ("chromadb.errors.AuthorizationError", ("no token",), False),
+        ("chromadb.errors.NotFoundError", ("the collection went away",), False),
+        ("builtins.Exception", ("<html>502 Bad Gateway</html>",), False),  # an error body chromadb cannot name
+        ("json.JSONDecodeError", ("a truncated reply", "{", 1), False),
+    ],
+)
+def test_only_a_refusal_of_what_was_sent_is_for_good(kind, args, for_good):
+    """What the forwarder sets aside (for good) and what it retries with its backoff: the request's fault
+    against the server's or the network's, over the exception types chromadb's client raises."""
+    import importlib
+
+    from openclaw_vision.memory.store import refused_for_good
+
+    module, name = kind.rsplit(".", 1)
+    assert refused_for_good(getattr(importlib.import_module(module), name)(*args)) is for_good
 
 
 @pytest.mark.dds

@@ -8,11 +8,18 @@ batch at a time, deleting them (`ack`) only after the server answered. A crash b
 and the delete sends those rows again on the next start; the server store's writes are upserts by row id
 (robot, source, camera, stamp), so they are there once.
 
-The spool is bounded (`max_mb`, the rows' own bytes): rows beyond it are not taken, and the caller counts
-and logs them. One process holds a spool folder at a time (the store's folder lock).
+A batch the server refuses for good (`store.refused_for_good`: its validation, not its availability) would
+block every row behind it if it stayed first in line, and deleting it would lose rows silently. `set_aside`
+moves it, in one transaction, to a second table, `refused`: the same columns, plus the server's reason and
+when (`refused_ns`, wall clock). Those rows stay on disk to be looked at (`sqlite3 spool.sqlite3 "SELECT
+seq, robot, camera, stamp_ns, reason FROM refused"`) and are never sent again by the forwarder.
 
-One table, `rows(seq INTEGER PRIMARY KEY AUTOINCREMENT, ...)`: AUTOINCREMENT so a seq is never reused,
-even after the newest rows were deleted, and the order of arrival survives every restart.
+The spool is bounded (`max_mb`, the rows' own bytes, waiting and set aside together: the robot's disk stays
+bounded even when a server refuses everything): rows beyond it are not taken, and the caller counts and logs
+them. One process holds a spool folder at a time (the store's folder lock).
+
+`rows(seq INTEGER PRIMARY KEY AUTOINCREMENT, ...)`: AUTOINCREMENT so a seq is never reused, even after the
+newest rows were deleted, and the order of arrival survives every restart; a set-aside row keeps its seq.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,8 +52,23 @@ CREATE TABLE IF NOT EXISTS rows (
     vector BLOB NOT NULL,
     labels TEXT,
     size INTEGER NOT NULL
-)
+);
+CREATE TABLE IF NOT EXISTS refused (
+    seq INTEGER PRIMARY KEY,
+    model_id TEXT NOT NULL,
+    source TEXT NOT NULL,
+    robot TEXT NOT NULL,
+    camera TEXT NOT NULL,
+    frame_id TEXT NOT NULL,
+    stamp_ns INTEGER NOT NULL,
+    vector BLOB NOT NULL,
+    labels TEXT,
+    size INTEGER NOT NULL,
+    reason TEXT NOT NULL,
+    refused_ns INTEGER NOT NULL
+);
 """
+_COLUMNS = "seq, model_id, source, robot, camera, frame_id, stamp_ns, vector, labels, size"
 
 
 @dataclass(frozen=True)
@@ -63,7 +86,8 @@ def _row_size(rows: Rows, i: int) -> int:
 
 
 class Spool:
-    """Rows waiting for the server, in arrival order, on disk; bounded by `max_mb` of row bytes."""
+    """Rows waiting for the server, in arrival order, on disk; bounded by `max_mb` of row bytes (with the rows
+    set aside). `rows`, `bytes`: waiting; `aside_rows`, `aside_bytes`: set aside (the `refused` table)."""
 
     def __init__(self, folder: str | Path, max_mb: float) -> None:
         self.folder = Path(folder)
@@ -79,8 +103,10 @@ class Spool:
             self._db = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
-            self._db.execute(_SCHEMA)
+            self._db.executescript(_SCHEMA)
             self.rows, self.bytes = self._db.execute("SELECT count(*), coalesce(sum(size), 0) FROM rows").fetchone()
+            self.aside_rows, self.aside_bytes = self._db.execute(
+                "SELECT count(*), coalesce(sum(size), 0) FROM refused").fetchone()  # fmt: skip
         except BaseException:
             self._folder_lock.release()
             raise
@@ -94,7 +120,7 @@ class Spool:
         sizes = [_row_size(rows, i) for i in range(len(rows.vectors))]
         vectors = np.ascontiguousarray(rows.vectors, np.float32)
         with self._lock:
-            room, taken = self.max_bytes - self.bytes, 0
+            room, taken = self.max_bytes - self.bytes - self.aside_bytes, 0
             while taken < len(sizes) and sizes[taken] <= room:
                 room -= sizes[taken]
                 taken += 1
@@ -135,10 +161,24 @@ class Spool:
 
     def ack(self, last_seq: int) -> int:
         """Delete every row up to `last_seq` (the server has them, or they were refused and counted); how many."""
+        return self._take(last_seq, None)
+
+    def set_aside(self, last_seq: int, reason: str) -> int:
+        """Move every waiting row up to `last_seq` to the `refused` table with `reason` (the server refused them
+        for good), in one transaction; how many. They count toward the bound until someone deletes them."""
+        return self._take(last_seq, reason)
+
+    def _take(self, last_seq: int, reason: str | None) -> int:
+        """Rows up to `last_seq` out of the line: deleted (reason None) or kept in `refused` with the reason."""
         with self._lock, self._db:
             self._db.execute("BEGIN")
             n, size = self._db.execute("SELECT count(*), coalesce(sum(size), 0) FROM rows WHERE seq <= ?",
                                        (last_seq,)).fetchone()  # fmt: skip
+            if reason is not None:
+                self._db.execute(f"INSERT INTO refused ({_COLUMNS}, reason, refused_ns) SELECT {_COLUMNS}, ?, ? "
+                                 "FROM rows WHERE seq <= ?", (reason, time.time_ns(), last_seq))  # fmt: skip
+                self.aside_rows += n
+                self.aside_bytes += size
             self._db.execute("DELETE FROM rows WHERE seq <= ?", (last_seq,))
             self.rows -= n
             self.bytes -= size

@@ -25,7 +25,9 @@ query from another model's text tower, is refused naming both (`StoreMismatch`, 
 Opening an embedded store checks it before anything is written: a folder another process holds (our
 lock file, or SQLite's lock) is `StoreLocked`, a database file that is not a sound SQLite file is
 `StoreCorrupt`; in both cases the folder is left exactly as it was. A server that does not answer is
-`StoreUnavailable` (at open, unless `connect=False`, and on any later call; the next call tries again).
+`StoreUnavailable` (at open, unless `connect=False`, and on any later call; the next call tries again). A
+request the server answers with a refusal of what was sent (its validation: `refused_for_good`) is
+`StoreRefused`: the same request would be refused again.
 
 The hot layer has a lock of its own: a query on one thread (the memory node's service) and writes on
 another (its writer) each hold it only while they read or change the hot layer, never during the engine's
@@ -93,6 +95,47 @@ class StoreMismatch(StoreError, ValueError):
 
 class StoreUnavailable(StoreError):
     """The server did not answer (down, unreachable, failing); the same call may succeed later."""
+
+
+class StoreRefused(StoreError):
+    """The server (or chromadb's client, before sending) refused this request for good: sending the same rows
+    again gets the same answer (`refused_for_good`)."""
+
+
+#: status codes of a Chroma error in the 4xx range that are about the server or the client's credentials, not
+#: about the request: 401/403 (credentials: every batch alike), 404 (the collection went away: made again on
+#: the next write), 408 (a timeout), 429 (the server's load)
+RETRIED_4XX = frozenset({401, 403, 404, 408, 429})
+
+
+def refused_for_good(err: BaseException) -> bool:
+    """Whether a failed server call failed because of what was sent (retrying it is useless) rather than
+    because of the server or the way to it (retrying later may succeed).
+
+    For good (the request's fault, the same each time):
+    - a `chromadb.errors.ChromaError` whose `code()` is 4xx and not in RETRIED_4XX: the server's validation
+      (`InvalidArgumentError`: a non-finite value, an empty id, another width than the collection's;
+      `DuplicateIDError`, `IDAlreadyExistsError`, `UniqueConstraintError`, `InvalidUUIDError`,
+      `BatchSizeExceededError`, `QuotaError`, `InvalidHTTPVersion`, the catch-all `ChromaError`);
+    - `ValueError` / `TypeError` but not a `json.JSONDecodeError`: chromadb's own checks before it sends
+      (its `validate_*` functions), or orjson unable to encode the request (`JSONEncodeError`, an int beyond
+      64 bits).
+
+    Everything else is retried: `httpx.TransportError` (connection refused or reset, connect/read/write/pool
+    timeouts), a Chroma error of 5xx (`InternalError`, `VersionMismatchError`) or in RETRIED_4XX (auth,
+    not found, rate limit), a reply that is not JSON (`JSONDecodeError`), the bare `Exception(text)` chromadb
+    raises for an error body it cannot name (a proxy's 502/503), and any type not named here: unknown is
+    retried, so a row is never set aside for a failure that may pass."""
+    import json
+
+    from chromadb.errors import ChromaError
+
+    if isinstance(err, ChromaError):
+        code = err.code()
+        return 400 <= code < 500 and code not in RETRIED_4XX
+    if isinstance(err, json.JSONDecodeError):  # orjson's is one too
+        return False
+    return isinstance(err, (ValueError, TypeError))
 
 
 def default_store() -> Path:
@@ -361,7 +404,9 @@ class VisualMemory:
 
     def _server_call(self, what: str, fn):
         """`fn(collection)` on the server: connect first if needed (a robot's client outlives the server's
-        restarts); a failure drops the client, so the next call connects again. None: no collection yet."""
+        restarts). A request refused for good (`refused_for_good`) is StoreRefused and keeps the client (the
+        server answered); any other failure is StoreUnavailable and drops the client, so the next call
+        connects again. None: no collection yet."""
         with self._server_lock:
             if self._client is None or self._collection is None:
                 self._connect()
@@ -372,8 +417,11 @@ class VisualMemory:
             except StoreError:
                 raise
             except Exception as err:
+                why = f"{self.spec}: {what} failed ({type(err).__name__}: {err})"
+                if refused_for_good(err):
+                    raise StoreRefused(f"{why}; sending it again would not change that") from err
                 self._client, self._collection = None, None
-                raise StoreUnavailable(f"{self.spec}: {what} failed ({type(err).__name__}: {err})") from err
+                raise StoreUnavailable(why) from err
 
     def _load(self) -> None:
         """Every row of an embedded store into the hot layer (paged reads: the engine caps a call's size)."""
@@ -484,7 +532,8 @@ class VisualMemory:
         """Write `rows` (those not there yet); a batch of another model or width is refused whole. A server
         client also keeps them in its bounded recent layer, unless `cache` is False (a node's forwarder: the
         rows were remembered when they were spooled). A server that does not answer: StoreUnavailable, and
-        nothing of the batch is known to be written (writing it again adds nothing twice)."""
+        nothing of the batch is known to be written (writing it again adds nothing twice); a batch the server
+        refuses for good: StoreRefused."""
         vectors = np.ascontiguousarray(rows.vectors, np.float32)
         counts = Counts()
         self._refresh()

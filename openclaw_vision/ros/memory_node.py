@@ -28,7 +28,11 @@ server is down: they wait in the spool (`spool`, bounded by `spool_max_mb`: rows
 counted and logged) and go to the server in the order they came when it answers again; a SIGKILL loses
 nothing spooled, and a batch sent again after one is on the server once (its rows' ids are the same). Each
 row names its robot (`robot`: the namespace, else the host name), so two robots never share an id. Counted
-as spooled, then forwarded (written or skipped on the server) or refused; `spool_rows` wait.
+as spooled, then forwarded (written or skipped on the server), refused (another model's) or set aside;
+`spool_rows` wait. A batch the server refuses for good (its validation, `store.refused_for_good`; not a server
+that is down or slow, which is retried with a backoff) is set aside in the spool's `refused` table with the
+reason (`set_aside`; `spool_set_aside` held there now), logged, and the forwarder goes on with the next one;
+the status stays WARN while any rows are set aside there (across restarts: someone has to look at them).
 
 Queries (srv/QueryMemory on `query_service`) are counted as `queries`. On a server store they are answered
 by the server's index (every robot's rows, a `robot` filter) merged with this robot's cached newest rows;
@@ -69,7 +73,8 @@ log = logging.getLogger("memory_node")
 NODE_NAME = "memory_node"
 STATUS_NAME = f"{NODE_NAME}: memory"
 COUNTS = ("received", "written", "skipped", "dropped", "rejected", "refused", "flushes", "retained_deleted",
-          "queries", "queries_refused", "spooled", "forwarded", "forward_failures", "queries_local")  # fmt: skip
+          "queries", "queries_refused", "spooled", "forwarded", "forward_failures", "queries_local",
+          "set_aside")  # fmt: skip
 #: seconds the forwarder waits at most before it tries a server that failed again (doubling from flush_period)
 FORWARD_RETRY_MAX_S = 5.0
 #: matches a query returns when its top_k is 0, and at most
@@ -100,6 +105,8 @@ class MemoryNode:
         self._forward_wake = threading.Event()
         self._forward_error = ""  # the server's last failure; "" once a batch went through
         self._warn_forward = Throttle()
+        self._warn_aside = Throttle()
+        self._last_set_aside = ""
         if spool is not None:
             self.supervisor.thread("memory-forward", self._forward_loop)
         self.supervisor.thread("diagnostics", self._report)
@@ -260,7 +267,8 @@ class MemoryNode:
             self._forward_wake.set()
         if taken < n:
             self._refuse(n - taken, f"the spool {self.spool.folder} is full (spool_max_mb {self.cfg.spool_max_mb:g}, "
-                         f"{len(self.spool)} rows wait for the server {self.memory.spec})")  # fmt: skip
+                         f"{len(self.spool)} rows wait for the server {self.memory.spec}, "
+                         f"{self.spool.aside_rows} were set aside)")  # fmt: skip
 
     # forwarder thread (a server store) ----------------------------------------------------------
     def _forward_loop(self) -> None:
@@ -291,8 +299,10 @@ class MemoryNode:
     def forward(self) -> int:
         """The spool's rows to the server, oldest first, until it is empty or the node stops; each batch
         deleted from the spool only after the server answered (StoreUnavailable: the rest stay). Rows of a
-        model the store does not hold are refused, counted and deleted: no server would ever take them."""
-        from ..memory.store import StoreMismatch
+        model the store does not hold are refused, counted and deleted: no server would ever take them. A batch
+        the server refuses for good (StoreRefused) is set aside in the spool, counted and logged, so the rows
+        behind it go on."""
+        from ..memory.store import StoreMismatch, StoreRefused
 
         sent = 0
         while not self._stop.is_set():
@@ -305,15 +315,26 @@ class MemoryNode:
                     c = self.memory.add(b.rows, cache=False)
                 except StoreMismatch as err:
                     self._refuse(n, str(err))
+                    self.spool.ack(b.last_seq)
+                except StoreRefused as err:
+                    self._set_aside(b, str(err))
                 else:
                     self.counters.inc("written", c.written)
                     self.counters.inc("skipped", c.skipped)
                     self.counters.inc("forwarded", n)
-                self.spool.ack(b.last_seq)
+                    self.spool.ack(b.last_seq)
                 sent += n
                 if self._stop.is_set():
                     break
         return sent
+
+    def _set_aside(self, batch, why: str) -> None:
+        """A batch the server refused for good out of the line, kept in the spool's `refused` table."""
+        n = self.spool.set_aside(batch.last_seq, why)
+        self.counters.inc("set_aside", n)
+        self._last_set_aside = why
+        self._warn_aside(log.error, "set aside %d rows (spool seq up to %d) in %s, table refused: the server "
+                         "refused them: %s", n, batch.last_seq, self.spool.folder, why)  # fmt: skip
 
     # diagnostics and lifecycle ------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
@@ -323,7 +344,8 @@ class MemoryNode:
                "model": self.memory.model_id or "", "store": self.memory.spec, "robot": self.robot,
                "transport": self.transport.name, "thread_failures": self.supervisor.failures()}  # fmt: skip
         if self.spool is not None:  # rows: this robot's cached ones; the server's count is the server's
-            out.update(spool_rows=len(self.spool), spool_mb=round(self.spool.bytes / 2**20, 3))
+            out.update(spool_rows=len(self.spool), spool_mb=round(self.spool.bytes / 2**20, 3),
+                       spool_set_aside=self.spool.aside_rows)  # fmt: skip
         return out
 
     def publish_diagnostics(self) -> None:
@@ -334,6 +356,9 @@ class MemoryNode:
             level, text = ERROR, fault
         elif st["refused"]:
             level, text = WARN, f"rows refused: {self._last_refusal}"
+        elif st.get("spool_set_aside"):
+            level, text = WARN, (f"{st['spool_set_aside']} rows set aside in the spool, refused by the server: "
+                                 f"{self._last_set_aside or 'before this start'}")  # fmt: skip
         elif self._forward_error:
             level, text = WARN, f"the server does not answer, {st['spool_rows']} rows spooled: {self._forward_error}"
         elif st["queries_refused"]:
