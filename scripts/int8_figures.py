@@ -215,6 +215,7 @@ def run_arch(name: str, profile_names: list[str], frames: list, args, folder: Pa
                 row["gate_onnxruntime"] = ours.passed
                 row["kept_float"] = ours.sections["kept_float_labels"]
                 row["migrated"] = ours.sections["migration"]["migrated"]
+                row["split"] = ours.sections["split"]["layers"]  # FC2s whose outlier units run apart in FP32
                 row["trials"] = ours.sections["trials"]  # the partition's tries: what each kept float gave
             if variant == "plain":
                 row["gate_onnxruntime"] = plain.worst.passes(GateSpec())
