@@ -69,19 +69,20 @@ def plan(layers: list[Layer], stats: dict[str, TensorStats]) -> list[Split]:
 
 
 def _depends(graph: onnx.GraphProto, start: str, end: str) -> list[onnx.NodeProto]:
-    """The nodes on the paths from tensor `start` to tensor `end` (the block's activation), in graph order."""
-    producer = {o: n for n in graph.node for o in n.output}
-    memo: dict[str, bool] = {start: True}
-
-    def reaches(t: str) -> bool:
-        if t not in memo:
-            node = producer.get(t)
-            memo[t] = node is not None and any([reaches(i) for i in node.input if i])  # every input visited
-        return memo[t]
-
-    if not reaches(end):
+    """The nodes on the paths from tensor `start` to tensor `end` (the block's activation), in graph order
+    (which is topological): forward from `start`, then back from `end` among what was reached."""
+    reached = {start}
+    for n in graph.node:
+        if any(i in reached for i in n.input):
+            reached.update(n.output)
+    if end not in reached:
         raise ValueError(f"{end} does not follow from {start}: not an FC1 → activation → FC2 block")
-    return [n for n in graph.node if any(memo.get(o) for o in n.output) and n.output[0] != start]
+    wanted, on_path = {end}, []
+    for n in reversed(graph.node):
+        if any(o in wanted for o in n.output) and any(i in reached for i in n.input):
+            wanted.update(n.input)
+            on_path.append(n)
+    return on_path[::-1]
 
 
 def _bias_add(graph: onnx.GraphProto, matmul_out: str, inits: set[str]) -> onnx.NodeProto:
