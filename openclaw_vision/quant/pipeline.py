@@ -4,10 +4,11 @@ Phases, in order (each timed, with its own peak RSS, in the report):
 1. frames → preprocessed calibration / held-out tensors, one frame at a time;
 2. one FP32 session: activation statistics on the calibration frames (one pass, channel-aware) and
    the reference embeddings of the held-out frames; then it is closed;
-3. outlier migration (smooth.py, on by default): per-channel factors folded into the LayerNorms
-   before the QKV / FC1 / proj GEMMs and into their weights, alpha per layer by the local cosine;
-   the migrated activations' ranges measured again (one FP32 pass over those tensors); then every
-   layer's weight is quantised once, into the scratch folder (`workspace`);
+3. outliers (on by default): migration (smooth.py: per-channel factors folded into the LayerNorms before the
+   QKV / FC1 / proj GEMMs and into their weights, alpha per layer by the local cosine) and the FC2 split
+   (split.py: FC2's outlier hidden units computed apart in FP32); the changed activations' ranges measured
+   again (one FP32 pass over those tensors; a migrated one keeps its minmax range); then every layer's weight
+   is quantised once, into the scratch folder (`workspace`);
 4. ranges for each calibration method; each scored with every layer INT8 (one INT8 session at a time);
 5. sensitivity: the local per-layer SQNR (one pass, any size) and, where affordable, the
    end-to-end sweep (one run per layer); the sweep's ranking drives the partition when it ran;
@@ -500,6 +501,7 @@ def _migration_section(opts: QuantOptions, f: Found) -> dict:
 
 
 def _vision_config(meta: dict[str, str]):
+    """The export's VisionConfig (tokens, width: what FLOPs are counted in), None when it does not say."""
     from ..models.configs import VisionConfig
 
     try:
