@@ -120,7 +120,7 @@ def _python_threads_cpu() -> dict[int, float]:
 
 
 def _snapshot(node, clock: IntakeClock) -> dict[str, Any]:
-    st = node.stats()
+    st = node.stats_between_frames()  # not mid-frame: received and the drop it causes, counted together
     return {"received": st["received"], "dropped": st["dropped"], "encoded": st["encoded"],
             "procs": {tid: (c.comm, c.cpu_s) for tid, c in threads.cpu_by_thread(os.getpid()).items()},
             "precise": _python_threads_cpu(), "intake_s": clock.cpu_s, "t": time.monotonic()}  # fmt: skip

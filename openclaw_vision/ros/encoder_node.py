@@ -442,6 +442,13 @@ class EncoderNode:
             "cameras": cameras,
         }
 
+    def stats_between_frames(self) -> dict[str, Any]:
+        """`stats()` while no frame is in the intake: a frame's `received` and the `dropped` of the frame it
+        displaced are counted a conversion apart, so a snapshot between them is one frame short of accounted.
+        Two of these bound a window in which every received frame is accounted (bench.dropcost)."""
+        with self._intake:
+            return self.stats()
+
     def diagnostics_values(self, st: dict[str, Any] | None = None) -> dict[str, Any]:
         st = st or self.stats()
         values: dict[str, Any] = {k: st[k] for k in (*COUNTS, *UNSEEN, "backend", "precision", "model", "transport")}
