@@ -40,9 +40,8 @@ SPOOL_FILE = "spool.sqlite3"
 #: bound: an estimate, so the bound is the rows' size, not the file's (which SQLite reuses, never shrinks)
 ROW_OVERHEAD = 48
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS rows (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+#: a spooled row's fields: the same in `rows` (waiting) and `refused` (set aside, with why and when)
+_FIELDS = """
     model_id TEXT NOT NULL,
     source TEXT NOT NULL,
     robot TEXT NOT NULL,
@@ -51,19 +50,13 @@ CREATE TABLE IF NOT EXISTS rows (
     stamp_ns INTEGER NOT NULL,
     vector BLOB NOT NULL,
     labels TEXT,
-    size INTEGER NOT NULL
+    size INTEGER NOT NULL"""
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS rows (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,{_FIELDS}
 );
 CREATE TABLE IF NOT EXISTS refused (
-    seq INTEGER PRIMARY KEY,
-    model_id TEXT NOT NULL,
-    source TEXT NOT NULL,
-    robot TEXT NOT NULL,
-    camera TEXT NOT NULL,
-    frame_id TEXT NOT NULL,
-    stamp_ns INTEGER NOT NULL,
-    vector BLOB NOT NULL,
-    labels TEXT,
-    size INTEGER NOT NULL,
+    seq INTEGER PRIMARY KEY,{_FIELDS},
     reason TEXT NOT NULL,
     refused_ns INTEGER NOT NULL
 );
