@@ -426,20 +426,36 @@ def flatten_parameters(values: Mapping[str, Any], prefix: str = "") -> dict[str,
     return out
 
 
-def node_parameters(doc: Mapping[str, Any], fqn: str) -> dict[str, Any] | None:
-    """The parameters a loaded ROS 2 parameters file gives the node `fqn`: every matching section,
-    later ones overriding earlier ones (the order rclpy applies them in); None if none matches."""
+def params_file_sections(path: Path) -> dict[str, dict[str, Any]]:
+    """Every node section of a ROS 2 parameters YAML file: node key ('encoder_node', '/**', ...) → its
+    `ros__parameters`, flattened, in file order. The one reader of parameters files: `--config` here and
+    `--ros-args --params-file` (ros/ros_args.py) both read them through it. An unreadable file or bad YAML is
+    the configuration error '<path>: <why>'."""
+    try:
+        doc = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as err:
+        raise ConfigError(f"{path}: {err}") from None
+    if not isinstance(doc, Mapping):
+        raise ConfigError(f"{path}: not a parameters file (expected '<node>: ros__parameters: {{...}}' sections)")
+    sections = ((str(key), section) for key, section in doc.items())
+    return {key: flatten_parameters(section["ros__parameters"] or {})
+            for key, section in sections if isinstance(section, Mapping) and "ros__parameters" in section}  # fmt: skip
+
+
+def node_parameters(sections: Mapping[str, Mapping[str, Any]], fqn: str) -> dict[str, Any] | None:
+    """The parameters that node sections (node key → parameters: a parameters file's, or rcl's table of
+    every file and `-p` rule) give the node `fqn`: every matching section, later ones overriding earlier
+    ones (the order rclpy applies them in); None if none matches."""
     found: dict[str, Any] | None = None
-    for key, section in (doc or {}).items():
-        if isinstance(section, Mapping) and "ros__parameters" in section and node_key_matches(str(key), fqn):
-            found = {**(found or {}), **flatten_parameters(section["ros__parameters"] or {})}
+    for key, values in sections.items():
+        if node_key_matches(key, fqn):
+            found = {**(found or {}), **values}
     return found
 
 
 def read_params_file(path: Path, node: str) -> dict[str, Any]:
     """The `ros__parameters` a ROS 2 parameters YAML file gives `node` (its own section, '/**', ...)."""
-    doc = yaml.safe_load(Path(path).read_text()) or {}
-    values = node_parameters(doc, node if node.startswith("/") else "/" + node)
+    values = node_parameters(params_file_sections(path), node if node.startswith("/") else "/" + node)
     if values is None:
         raise ConfigError(f"{path}: no '{node}: ros__parameters:' section")
     return values
@@ -479,6 +495,7 @@ __all__ = [
     "coerce",
     "from_sources",
     "node_parameters",
+    "params_file_sections",
     "read_params_file",
     "replace",
 ]

@@ -77,3 +77,35 @@ def test_precision_fp16_is_refused_at_parse_time_naming_the_choices(tmp_path):
     params.write_text("encoder_node:\n  ros__parameters:\n    precision: fp16\n")
     with pytest.raises(ConfigError, match="choose one of fp32, int8"):
         from_sources(params, "encoder_node", {}, EncoderConfig)
+
+
+def test_config_and_params_file_read_one_file_the_same_way(tmp_path):
+    """`--config F` and `--ros-args --params-file F` read parameters files through one reader: the same file
+    gives the node the same values (its sections merged in file order, nested maps as dotted names)."""
+    from openclaw_vision.config import read_params_file
+    from openclaw_vision.ros.ros_args import ros_parameters
+
+    f = tmp_path / "p.yaml"
+    f.write_text("/**:\n  ros__parameters:\n    depth: 1\n    model: tiny\nencoder_node:\n  ros__parameters:\n"
+                 "    depth: 2\n    nested:\n      key: 1\nvlm_node:\n  ros__parameters:\n    seed: 9\n")  # fmt: skip
+    want = {"depth": 2, "model": "tiny", "nested.key": 1}
+    assert read_params_file(f, "encoder_node") == want
+    assert ros_parameters(["--ros-args", "--params-file", str(f)], "encoder_node") == want
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [(None, "No such file"), ("a: [1, 2\n", "while parsing"), ("- encoder_node\n", "not a parameters file")],
+)
+def test_an_unreadable_params_file_is_a_configuration_error_on_both_paths(tmp_path, text, message):
+    """A missing file, bad YAML or a document that is not node sections: one line naming the file (a node exits 2
+    with it), whether it came as --config or as --params-file."""
+    from openclaw_vision.ros.ros_args import ros_parameters
+
+    f = tmp_path / "p.yaml"
+    if text is not None:
+        f.write_text(text)
+    with pytest.raises(ConfigError, match=f"^{f}: .*{message}"):
+        from_sources(f, "encoder_node", {})
+    with pytest.raises(ConfigError, match=f"^--params-file {f}: .*{message}"):
+        ros_parameters(["--ros-args", "--params-file", str(f)], "encoder_node")

@@ -13,6 +13,9 @@ the way rcl and rclpy do on Humble:
   of the same name replacing an earlier one.
 - rclpy/src/rclpy/node.cpp (`_populate_node_parameters_from_rcl_params`): the node takes every
   entry whose key matches its fully qualified name (config.node_key_matches), in table order.
+
+A parameters file is read by config.params_file_sections, the same reader as `--config`'s, and the node's
+values are picked from the table by config.node_parameters, as from one file.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from ..config import ConfigError, flatten_parameters, node_key_matches
+from ..config import ConfigError, node_parameters, params_file_sections
 
 ROS_ARGS, END = "--ros-args", "--"
 PARAM_FLAGS = ("-p", "--param")
@@ -85,12 +88,11 @@ def parameter_table(ros_args: Sequence[str]) -> dict[str, dict[str, Any]]:
     for flag, value in _pairs(ros_args):
         if flag == PARAMS_FILE_FLAG:
             try:
-                doc = yaml.safe_load(Path(value).read_text()) or {}
-            except (OSError, yaml.YAMLError) as err:
-                raise ConfigError(f"--params-file {value}: {err}") from None
-            for node, section in doc.items():
-                if isinstance(section, dict) and "ros__parameters" in section:
-                    _add(table, str(node), flatten_parameters(section["ros__parameters"] or {}))
+                sections = params_file_sections(Path(value))  # config's reader: the one for every parameters file
+            except ConfigError as err:
+                raise ConfigError(f"--params-file {err}") from None
+            for node, values in sections.items():
+                _add(table, node, values)
         elif flag in PARAM_FLAGS:
             rule, sep, text = value.partition(":=")
             if not sep or not rule:
@@ -106,9 +108,4 @@ def parameter_table(ros_args: Sequence[str]) -> dict[str, dict[str, Any]]:
 def ros_parameters(argv: Sequence[str], default_node: str) -> dict[str, Any]:
     """The parameter values the command line `argv` gives the node `default_node` (renamed by remaps)."""
     _, ros = split_ros_args(argv)
-    fqn = node_name(ros, default_node)
-    values: dict[str, Any] = {}
-    for node, params in parameter_table(ros).items():
-        if node_key_matches(node, fqn):
-            values.update(params)
-    return values
+    return node_parameters(parameter_table(ros), node_name(ros, default_node)) or {}
