@@ -9,6 +9,8 @@ instead and parses it itself.
 `field_flag` declares a flag that sets one field of an options dataclass (or one parameter of a
 function), with that field's default (and, from it, its type and for a bool its action), so no
 default is written twice; `from_args` builds the dataclass (or calls the function) from the flags.
+It is the one dataclass-to-flag generator: a node's flags (config.add_arguments, one per key of its
+configuration) are made with it too.
 
 A leaf: no package imports (command modules of every layer use it).
 """
@@ -58,7 +60,8 @@ def field_flag(parser: argparse.ArgumentParser, flag: str, source: Any, name: st
 
     The default is the field's; its type is the default's type unless `type` is given (a None default
     needs it). A bool field is a switch that flips its default: `--no-memory` for `measure_memory=True`,
-    `--lockstep` for `lockstep=False`."""
+    `--lockstep` for `lockstep=False`. A `default` in `kw` is the flag's when it is not given (None: "not
+    set", for a layer such as a parameters file below the flags to decide), its type still the field's."""
     own = flag.lstrip("-").replace("-", "_")
     name = name or own
     default = field_default(source, name)
@@ -69,7 +72,8 @@ def field_flag(parser: argparse.ArgumentParser, flag: str, source: Any, name: st
             kw.setdefault("metavar", own.upper())
         if default is not None and "action" not in kw:
             kw.setdefault("type", type(default))
-    parser.add_argument(flag, dest=name, default=default, **kw)
+    kw.setdefault("default", default)
+    parser.add_argument(flag, dest=name, **kw)
 
 
 def from_args(target: Any, args: argparse.Namespace, **given: Any) -> Any:

@@ -26,6 +26,7 @@ import yaml
 
 from . import gate
 from .build import output_width
+from .commands import field_flag
 from .encoders import PERFORMANCE_HINTS, backends
 from .encoders.options import GATE_AUTO, EncoderOptions
 from .errors import OpenclawError
@@ -462,16 +463,16 @@ def read_params_file(path: Path, node: str) -> dict[str, Any]:
 
 
 def add_arguments(parser: argparse.ArgumentParser, cls=EncoderConfig) -> None:
-    """One --flag per config key (underscores become dashes), its help the key's `Param` (description,
-    limits) and default; unset flags keep the file's value."""
-    for f in fields(cls):
-        default = getattr(cls(), f.name)
-        kind = type(default)
-        many = {"type": str, "nargs": "+"} if kind is tuple else {"type": kind}  # --image-topics T1 T2 ...
-        spec: Param = f.metadata["param"]
+    """One --flag per config key (underscores become dashes), made by commands.field_flag (type from the key's
+    default), its help the key's `Param` (description, limits) and default; unset flags are None and keep the
+    file's value."""
+    defaults = cls()
+    for name, spec in cls.params().items():
+        default = getattr(defaults, name)
+        many = {"type": str, "nargs": "+"} if isinstance(default, tuple) else {}  # --image-topics T1 T2 ...
         limits = f"{spec.limits()}; " if spec.limits() else ""
         text = f"{spec.description} ({limits}default: {default!r})".replace("%", "%%")  # argparse formats help
-        parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=None, help=text, **many)
+        field_flag(parser, "--" + name.replace("_", "-"), cls, name, default=None, help=text, **many)
 
 
 def from_sources(config_file: Path | None, node: str, overrides: dict[str, Any], cls=EncoderConfig):

@@ -112,3 +112,42 @@ def test_a_half_written_demo_bag_is_rebuilt_with_the_reason_and_a_bug_is_not_hid
     monkeypatch.setattr(bags, "read_messages", broken)
     with pytest.raises(TypeError, match="a bug in the reader"):
         demo._ensure_bag(bag, 3, 10)
+
+
+@pytest.mark.parametrize("node", ["EncoderConfig", "VlmConfig", "LabelsConfig", "MemoryConfig"])
+def test_a_nodes_flags_are_its_keys_typed_as_their_defaults_and_unset_when_left_out(node):
+    """config.add_arguments makes a node's flags with field_flag (the one dataclass-to-flag generator): one flag
+    per key, its value typed as the key's default (a list for a string array), None when left out so that the
+    parameters file decides, and its help the key's Param with the default."""
+    from openclaw_vision import config
+
+    cls = getattr(config, node)
+    p = argparse.ArgumentParser()
+    config.add_arguments(p, cls)
+    assert vars(p.parse_args([])) == dict.fromkeys(cls.params())
+    argv, want = [], {}
+    for name, default in cls().as_dict().items():
+        flag = "--" + name.replace("_", "-")
+        if isinstance(default, list):
+            argv, want[name] = [*argv, flag, "/a", "/b"], ["/a", "/b"]
+        else:
+            value = "x" if isinstance(default, str) else "3"
+            argv, want[name] = [*argv, flag, value], type(default)(value)
+    got = vars(p.parse_args(argv))
+    assert got == want and all(type(got[k]) is type(want[k]) for k in want)
+    helps = {a.dest: a.help for a in p._actions if a.dest in want}
+    for name, spec in cls.params().items():
+        assert helps[name].startswith(spec.description.replace("%", "%%")), name
+        assert spec.limits() in helps[name] and f"default: {getattr(cls(), name)!r})" in helps[name], name
+
+
+def test_a_field_flag_may_leave_its_field_unset_typed_as_the_field():
+    from dataclasses import dataclass
+
+    @dataclass
+    class Options:
+        rate: float = 1.5
+
+    p = argparse.ArgumentParser()
+    field_flag(p, "--rate", Options, default=None)
+    assert p.parse_args([]).rate is None and p.parse_args(["--rate", "2"]).rate == 2.0
