@@ -27,6 +27,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
+from openclaw_vision import bags
 from openclaw_vision.ros import cdr, cyclone
 from openclaw_vision.ros.dds_types import idl_type
 from openclaw_vision.ros.subscription import header_factory
@@ -67,8 +70,8 @@ def take_times(rounds: int, slow_rounds: int) -> dict[str, list[float]]:
         qos = cyclone._qos(cyclone.reader_qos(QoS("reliable", 4), bounded_keep_all=True))
         decode = cdr.sample_decoder(IMAGE, idl_type(IMAGE).deserialize, header_factory(idl_type))
         lib, mask = cyclone._ddsc(), int(ViewState.Any | InstanceState.Any | SampleState.Any)
-        pixels = bytes(range(256)) * (WIDTH * HEIGHT * 3 // 256)
-        frame = cdr.image_cdr(1, 2, "cam", HEIGHT, WIDTH, "rgb8", 0, WIDTH * 3, pixels)
+        pixels = np.resize(np.arange(256, dtype=np.uint8), (HEIGHT, WIDTH, 3))
+        frame = bags.serialize_image(pixels, "rgb8", 1_000_000_002, "cam")  # stamp 1 s 2 ns
         plain = Topic(p, "bench/take", idl_type(IMAGE))
         bare = Topic(p, "bench/take_public", public_class_without_table())
         paths: dict[str, tuple[Any, Any, Callable[[Any], Any]]] = {}  # name → (topic, reader, take + decode)

@@ -1,4 +1,5 @@
-"""The struct-level XCDR1 image codec: byte-for-byte what rosbags and cyclonedds-python write, zero-copy reads."""
+"""The struct-level XCDR1 image reader (ros/cdr.py): zero-copy reads of what rosbags and cyclonedds-python
+write; and the tests' own writer (support/cdr_writer.py): byte-for-byte what they write."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 from dds_helpers import wait_until
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.cdr_writer import compressed_image_cdr, image_cdr
 
 from openclaw_vision import bags
 from openclaw_vision.ros import cdr
@@ -55,7 +57,7 @@ def test_image_bytes_equal_rosbags_and_cyclone_and_read_back(args):
     step = w * 3 + extra
     data = bytes((i * 7 + 3) % 256 for i in range(step * h + tail))
     fields = (sec, nanosec, frame_id, h, w, encoding, big, step, data)
-    ours = cdr.image_cdr(*fields)
+    ours = image_cdr(*fields)
     assert ours == rosbags_image(*fields) == cyclone_image(*fields)
     for raw in (ours, rosbags_image(*fields, little=False)):  # both byte orders read back
         view = cdr.parse_image(raw)
@@ -66,7 +68,7 @@ def test_image_bytes_equal_rosbags_and_cyclone_and_read_back(args):
 
 def test_reading_shares_the_buffer_writing_copies_the_pixels_once():
     data = np.arange(1080 * 1920 * 3, dtype=np.uint32).astype(np.uint8)
-    raw = cdr.image_cdr(1, 2, "cam", 1080, 1920, "rgb8", 0, 5760, data)
+    raw = image_cdr(1, 2, "cam", 1080, 1920, "rgb8", 0, 5760, data)
     view = cdr.parse_image(raw)
     assert np.shares_memory(np.frombuffer(view.data, np.uint8), np.frombuffer(raw, np.uint8))
     assert np.array_equal(np.frombuffer(view.data, np.uint8), data)
@@ -76,7 +78,7 @@ def test_reading_shares_the_buffer_writing_copies_the_pixels_once():
 @pytest.mark.parametrize("fmt", ["jpeg", "rgb8; jpeg compressed bgr8", "mono8; png compressed "])
 def test_compressed_image_bytes_equal_rosbags_and_cyclone(frame_id, fmt):
     data = bytes(range(251)) * 3
-    ours = cdr.compressed_image_cdr(5, 6, frame_id, fmt, data)
+    ours = compressed_image_cdr(5, 6, frame_id, fmt, data)
     assert ours == bags.serialize_compressed_image(data, fmt, 5_000_000_006, frame_id)
     T, H = idl_type("builtin_interfaces/msg/Time"), idl_type("std_msgs/msg/Header")
     typed = idl_type(bags.COMPRESSED_IMAGE_TYPE)(header=H(stamp=T(sec=5, nanosec=6), frame_id=frame_id), format=fmt,
@@ -113,7 +115,7 @@ def test_malformed_bytes_raise(raw, error, message):
 
 
 def test_a_data_length_beyond_the_sample_raises():
-    raw = cdr.image_cdr(1, 2, "cam", 2, 2, "rgb8", 0, 6, bytes(12))
+    raw = image_cdr(1, 2, "cam", 2, 2, "rgb8", 0, 6, bytes(12))
     lying = raw[:-16] + struct.pack("<I", 10**9) + raw[-12:]  # the data count claims a gigabyte
     with pytest.raises(cdr.CdrError, match="data: needs 1000000000 bytes"):
         cdr.parse_image(lying)
@@ -151,8 +153,8 @@ def test_cyclone_transport_hands_over_views_and_publishes_raw_bytes(dds_domain, 
         wait_until(lambda: all(p.matched() for p in pubs) and all(s.matched() for s in subs))
         pixels = bytes(range(256)) * 30 + b"\x01"  # 7681 bytes: an odd length is padded on the wire
         for i in range(5):
-            pubs[0].publish(cdr.image_cdr(3, i, "cam", 1, 7681, "mono8", 0, 7681, pixels))
-        pubs[1].publish(cdr.compressed_image_cdr(5, 6, "cam", "jpeg", b"\xff\xd8\xff\xd9"))
+            pubs[0].publish(image_cdr(3, i, "cam", 1, 7681, "mono8", 0, 7681, pixels))
+        pubs[1].publish(compressed_image_cdr(5, 6, "cam", "jpeg", b"\xff\xd8\xff\xd9"))
         wait_until(lambda: len(got[IMAGE]) == 5 and bool(got[COMPRESSED_IMAGE]), what="5 images and a compressed one")
         img, dt = got[IMAGE][0]
         assert isinstance(img, cdr.ImageView) and isinstance(img.data, memoryview) and dt >= 0

@@ -11,6 +11,7 @@ import logging
 import time
 
 import pytest
+from support.cdr_writer import image_cdr
 
 from openclaw_vision.ros import cdr, subscription
 from openclaw_vision.ros.subscription import READER_BUFFER, DdsQos, SampleIntake, reader_qos, writer_qos
@@ -18,7 +19,7 @@ from openclaw_vision.ros.types import IMAGE, QoS
 
 
 def image(frame_id: str, sec: int = 1) -> bytes:
-    return cdr.image_cdr(sec, 2, frame_id, 2, 2, "rgb8", 0, 6, bytes(12))
+    return image_cdr(sec, 2, frame_id, 2, 2, "rgb8", 0, 6, bytes(12))
 
 
 def intake(callback, ros_type: str = IMAGE) -> SampleIntake:

@@ -1,9 +1,11 @@
-"""sensor_msgs/Image and CompressedImage as XCDR1 bytes, read and written without a per-element pass.
+"""sensor_msgs/Image and CompressedImage read from XCDR1 bytes without a per-element pass.
 
 A 1080p rgb8 image is 6 MB of `uint8[] data` behind ~60 bytes of fields. Generic CDR codecs
 walk the whole message in Python; here the few fixed fields are read with `struct` and `data`
-stays a memoryview of the received buffer (zero copies), and an image is written as one
-`bytes.join` of the packed fields and the pixel buffer (one copy).
+stays a memoryview of the received buffer (zero copies). A serialized message's header stamp is
+read or rewritten in place (`header_stamp`, `restamp`: replay and the bench cameras send a bag's
+bytes with the send time). The package never builds an image sample itself (bags.py serializes
+with rosbags); the tests' hand-written writer is test/support/cdr_writer.py.
 
 The layout is plain CDR version 1 (what ROS 2 Humble's rmw_cyclonedds and rmw_fastrtps put on
 the wire and rosbag2 stores): a 4-byte encapsulation header (`00 01 00 00` little-endian,
@@ -178,84 +180,6 @@ def sample_decoder(ros_type: str, generic: Callable[[Any], Any], make_header: He
             return generic(raw)
 
     return decode
-
-
-class _Writer:
-    """Little-endian XCDR1 fields into a list of parts; the payload is appended, not copied, until join."""
-
-    def __init__(self) -> None:
-        self.parts: list[Any] = [CDR_LE + b"\x00\x00"]
-        self.off = 0  # bytes written after the encapsulation header
-
-    def _put(self, b) -> None:
-        self.parts.append(b)
-        self.off += len(b)
-
-    def align(self, n: int) -> None:
-        pad = -self.off % n
-        if pad:
-            self._put(b"\x00" * pad)
-
-    def u32(self, v: int) -> None:
-        self.align(4)
-        self._put(struct.pack("<I", v))
-
-    def i32(self, v: int) -> None:
-        self.align(4)
-        self._put(struct.pack("<i", v))
-
-    def u8(self, v: int) -> None:
-        self._put(struct.pack("<B", v))
-
-    def string(self, s: str) -> None:
-        b = s.encode("utf-8") + b"\x00"
-        self.u32(len(b))
-        self._put(b)
-
-    def octets(self, data) -> None:
-        view = memoryview(data).cast("B")
-        self.u32(len(view))
-        self._put(view)
-
-    def header(self, sec: int, nanosec: int, frame_id: str) -> None:
-        self.i32(sec)
-        self.u32(nanosec)
-        self.string(frame_id)
-
-    def bytes(self) -> bytes:
-        return b"".join(self.parts)
-
-
-def image_cdr(
-    sec: int,
-    nanosec: int,
-    frame_id: str,
-    height: int,
-    width: int,
-    encoding: str,
-    is_bigendian: int,
-    step: int,
-    data,
-) -> bytes:
-    """Serialized sensor_msgs/Image (little-endian XCDR1), byte-identical to rosbags' and Cyclone's codecs."""
-    w = _Writer()
-    w.header(sec, nanosec, frame_id)
-    w.u32(height)
-    w.u32(width)
-    w.string(encoding)
-    w.u8(is_bigendian)
-    w.u32(step)
-    w.octets(data)
-    return w.bytes()
-
-
-def compressed_image_cdr(sec: int, nanosec: int, frame_id: str, fmt: str, data) -> bytes:
-    """Serialized sensor_msgs/CompressedImage (little-endian XCDR1)."""
-    w = _Writer()
-    w.header(sec, nanosec, frame_id)
-    w.string(fmt)
-    w.octets(data)
-    return w.bytes()
 
 
 def header_stamp(buf) -> tuple[int, int]:

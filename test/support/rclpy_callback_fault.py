@@ -22,9 +22,10 @@ import threading
 import time
 from pathlib import Path
 
+from cdr_writer import image_cdr  # this folder is first on sys.path: the script's own
+
 from openclaw_vision import config
 from openclaw_vision.encoders import create_encoder
-from openclaw_vision.ros import cdr
 from openclaw_vision.ros.encoder_node import EncoderNode
 from openclaw_vision.ros.rclpy_transport import RclpyTransport
 from openclaw_vision.ros.types import IMAGE, VISUAL_FEATURES, QoS
@@ -73,7 +74,7 @@ def main() -> int:
         pixels = bytes(WIDTH * HEIGHT * 3)
         for i in range(args.frames):
             frame_id = "bad" if i == args.bad else f"f{i}"
-            images.publish(cdr.image_cdr(1_000 + i, 0, frame_id, HEIGHT, WIDTH, "rgb8", 0, WIDTH * 3, pixels))
+            images.publish(image_cdr(1_000 + i, 0, frame_id, HEIGHT, WIDTH, "rgb8", 0, WIDTH * 3, pixels))
             if frame_id == "bad":
                 wait_until = time.monotonic() + 2.0
                 while cam.images.intake.failed == 0 and time.monotonic() < wait_until:
