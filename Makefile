@@ -31,7 +31,9 @@ LLAMACPP_REQ := $(shell grep -A1 '^llamacpp =' setup.cfg | tail -1 | tr -d ' ')
 #   every prompt of more than one token; one token at a time their decode ran 1.2x (Q4_0) and 1.75x (Q8_0)
 #   faster, F16 ran (prefill 1.2x, decode 1.08x). A build whose every prompt kills the process is no
 #   option; revisit when upstream fixes the tile path (the probe, vlm/probe.py, would then pass it).
-LLAMACPP_NO_AMX := $(shell echo | cc -mno-amx-tile -mno-amx-int8 -mno-amx-bf16 -E - >/dev/null 2>&1 && echo -mno-amx-tile -mno-amx-int8 -mno-amx-bf16)
+#   The flags name AMX's features as openclaw_vision/cpu.py lists them (`--no-amx-cflags`; see LLAMACPP_ISA).
+LLAMACPP_AMX_OFF := $(shell $(PYTHON) -m openclaw_vision.cpu --no-amx-cflags)
+LLAMACPP_NO_AMX := $(shell echo | cc $(LLAMACPP_AMX_OFF) -E - >/dev/null 2>&1 && echo $(LLAMACPP_AMX_OFF))
 LLAMACPP_CMAKE_ARGS := -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF \
   -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
   '-DCMAKE_C_FLAGS=$(LLAMACPP_NO_AMX)' '-DCMAKE_CXX_FLAGS=$(LLAMACPP_NO_AMX)'

@@ -9,7 +9,8 @@ host record, the ladder and the Makefile ask this module too.
 
 It runs on its own as well, standard library only, so the Makefile can ask it with the system
 Python before the venv (or the package) exists: `python3 -m openclaw_vision.cpu --vector-features`
-from the checkout names the folder the llama.cpp wheel for this CPU kind is cached in.
+from the checkout names the folder the llama.cpp wheel for this CPU kind is cached in, and
+`--no-amx-cflags` gives the compiler flags that keep AMX out of it (the AMX features are listed here once).
 
 oneDNN (OpenVINO's CPU kernels) can be held below the CPU's ISA with `ONEDNN_MAX_CPU_ISA`; a
 runtime that honours it runs at `effective_class(onednn=True)`, the lower of the two.
@@ -29,10 +30,12 @@ CLASSES = ("avx2", "avx_vnni", "avx512", "avx512_vnni", "amx")
 #: The flags that decide the class, highest class first.
 _CLASS_FLAGS = (("amx", "amx_int8"), ("avx512_vnni", "avx512_vnni"), ("avx512", "avx512bw"),
                 ("avx_vnni", "avx_vnni"), ("avx2", "avx2"))  # fmt: skip
+#: The AMX features (tile multiplies): llama.cpp is compiled with each of them off (`no_amx_cflags`).
+AMX_FEATURES = ("amx_tile", "amx_int8", "amx_bf16")
 #: Vector features that a native build (-march=native) depends on: the cache key of such builds.
 VECTOR_FEATURES = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512ifma", "avx512vbmi",
                    "avx512_vbmi2", "avx512_vpopcntdq", "avx512_bitalg", "avx512_vnni", "avx512_bf16",
-                   "avx512_fp16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16")  # fmt: skip
+                   "avx512_fp16", "avx_vnni", *AMX_FEATURES)  # fmt: skip
 #: oneDNN's ONEDNN_MAX_CPU_ISA values (and their older AVX10 names) → our class.
 ONEDNN_ISAS = {
     "SSE41": "sse", "AVX": "avx", "AVX2": "avx2", "AVX2_VNNI": "avx_vnni", "AVX2_VNNI_2": "avx_vnni",
@@ -89,6 +92,14 @@ def vector_features(have: frozenset[str] | None = None) -> str:
     return "-".join(f for f in VECTOR_FEATURES if f in have) or platform.machine().lower()
 
 
+def no_amx_cflags() -> str:
+    """GCC's flags that turn every AMX feature off, even under -march=native ('-mno-amx-tile ...'): ggml's AMX
+    matmul dies with SIGILL on these Xeons (the Makefile compiles llama.cpp with them). Only the features GCC 11
+    knows: a compiler that refuses one of them is given none (the Makefile checks), and without AMX-TILE no
+    other AMX instruction is emitted."""
+    return " ".join("-mno-" + feature.replace("_", "-") for feature in AMX_FEATURES)
+
+
 def onednn_max_isa() -> str | None:
     """ONEDNN_MAX_CPU_ISA as set in this process's environment (upper case), or None."""
     value = os.environ.get("ONEDNN_MAX_CPU_ISA", "").strip().upper()
@@ -126,8 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--vector-features", action="store_true", help="the -march=native cache key (vector_features)")
     what.add_argument("--isa-class", action="store_true", help="the INT8 ISA class (isa_class)")
+    what.add_argument("--no-amx-cflags", action="store_true", help="GCC's flags for no AMX code (no_amx_cflags)")
     args = parser.parse_args(argv)
-    print(vector_features() if args.vector_features else isa_class())
+    print(vector_features() if args.vector_features else no_amx_cflags() if args.no_amx_cflags else isa_class())
     return 0
 
 
