@@ -2,7 +2,7 @@
 nodes, side by side in one run (N = 1, 2, 4, 8).
 
     player process ──(N camera topics, one paced loop)──DDS──► node(s) ──DDS──► this process
-    (every camera ticks at 30 fps; a late tick is not caught up)         (features per camera)
+    (every camera ticks at 30 fps: pacing.py; missed ticks are skipped)  (features per camera)
 
 For each N both setups get the same input from the same player: one node with `--image-topics`
 (one model session, cross-camera batches) against N processes of the one-camera node (what a robot
@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import bags, children
+from ..pacing import pace
 from .goals import CAMERAS_GOAL_N, GOALS, row
 from .node import BenchError
 
@@ -77,21 +78,20 @@ def play(bag: Path, n: int, fps: float, seconds: float, compressed: bool, out: P
             return 1
         time.sleep(0.05)
     print("ready", flush=True)
-    period, sent, stamps = 1.0 / fps, [0] * n, [[] for _ in range(n)]
-    start = time.monotonic()
-    due, tick = start, 0
-    while (now := time.monotonic()) < start + seconds:
-        if due > now:
-            time.sleep(due - now)
-        due = max(due, time.monotonic() - period) + period  # a late tick is sent now, the next one a period on
+    sent, stamps = [0] * n, [[] for _ in range(n)]
+
+    def send(tick: int) -> None:  # every camera's frame of this tick
         for k, pub in enumerate(pubs):
             ns = time.time_ns()
             pub.publish(cdr.restamp(frames[(tick + k) % len(frames)], ns // 1_000_000_000, ns % 1_000_000_000))
             sent[k] += 1
             stamps[k].append(ns)
-        tick += 1
-    # every frame's stamp: what was sent inside a measuring window is counted, not estimated from a rate
-    out.write_text(json.dumps({"sent": sent, "seconds": time.monotonic() - start, "stamps_ns": stamps}))
+
+    paced = pace(fps, send, seconds=seconds)
+    # every frame's stamp: what was sent inside a measuring window is counted, not estimated from a rate;
+    # late and skipped ticks say where a starved player fell behind its rate
+    out.write_text(json.dumps({"sent": sent, "seconds": paced.elapsed, "stamps_ns": stamps, "late": paced.late,
+                               "skipped": paced.skipped}))  # fmt: skip
     time.sleep(0.3)
     t.close()
     return 0

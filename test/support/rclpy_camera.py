@@ -6,10 +6,11 @@ Run in a sourced Humble (the `ros2` tier, or by hand for the loss measurements i
                             [--topic /camera/image_raw] [--subscribers 1] [--size 1920x1080]
 
 Waits until `--subscribers` subscriptions are matched, then publishes `--count` frames paced at
-`--fps` (a late frame goes at once, the next a period after it: no catch-up bursts), each with a
-stamp of its own, and writes OUT.json: the (sec, nanosec, frame_id) of every image in the order
-sent. `--qos sensor` is rclpy's qos_profile_sensor_data (best effort, keep last 5), what camera
-drivers use; `reliable` is the default profile (keep last 10).
+`--fps` (openclaw_vision/pacing.py: absolute deadlines, a late frame goes at once, the deadlines missed
+in a stall are skipped: no catch-up bursts), each with a stamp of its own, and writes OUT.json: the
+(sec, nanosec, frame_id) of every image in the order sent, and the late and skipped ticks. `--qos sensor`
+is rclpy's qos_profile_sensor_data (best effort, keep last 5), what camera drivers use; `reliable` is
+the default profile (keep last 10).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from openclaw_vision.pacing import Pacer  # standard library only: importable under the system Python
 
 #: distinct frames generated once and cycled (the content does not matter to the transport)
 DISTINCT = 4
@@ -76,12 +79,8 @@ def main(argv: list[str]) -> int:
     time.sleep(0.5)  # the subscribers' side of the match (their view of this writer) settles
     print("ready", flush=True)
     sent = []
-    period, due = 1.0 / args.fps, time.monotonic()
-    for i in range(args.count):
-        now = time.monotonic()
-        if due > now:
-            time.sleep(due - now)
-        due = max(due, time.monotonic() - period) + period
+    paced = Pacer(args.fps, count=args.count)
+    for i in paced:
         raw = raws[i % DISTINCT]
         msg = Image(height=height, width=width, encoding=args.encoding, is_bigendian=0,
                     step=raw.size // raw.shape[0])  # fmt: skip
@@ -92,7 +91,8 @@ def main(argv: list[str]) -> int:
         pub.publish(msg)
         sent.append([msg.header.stamp.sec, msg.header.stamp.nanosec, args.frame_id])
     time.sleep(1.0)  # a reliable writer's last frames may still be in repair
-    args.out.write_text(json.dumps({"sent": sent, "encoding": args.encoding, "fps": args.fps}))
+    args.out.write_text(json.dumps({"sent": sent, "encoding": args.encoding, "fps": args.fps, "late": paced.late,
+                                    "skipped": paced.skipped}))  # fmt: skip
     node.destroy_node()
     rclpy.shutdown()
     return 0
