@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -38,6 +36,7 @@ from compressed_fuzz import AT_ARRIVAL, BY_DECODING, CompressedCase
 from image_fuzz import ImageCase, generate
 from onnx import TensorProto, helper
 
+from openclaw_vision import children
 from openclaw_vision.bench.overload import memory_mb, reset_peak, slow_model
 from openclaw_vision.ros.convert import stamp_to_ns
 from openclaw_vision.ros.diagnostics import status_values
@@ -174,27 +173,22 @@ SENDER = Path(__file__).with_name("camera_sender.py")
 
 
 class Camera:
-    """test/camera_sender.py in its own process (see there why); `stamps()` once it is done."""
+    """test/camera_sender.py in its own process (see there why), a children.Child whose output goes to a log
+    file (never a pipe that only a readline drains); `stamps()` once it is done."""
 
     def __init__(self, tmp_path: Path, *args: str) -> None:
         self.out = tmp_path / "sent.json"
-        self.proc = subprocess.Popen(
-            [sys.executable, str(SENDER), *args, str(self.out)], stdout=subprocess.PIPE, text=True
-        )
-        line = self.proc.stdout.readline().strip()
-        assert line == "ready", f"camera process: {line!r}"
+        self.child = children.Child(children.python(str(SENDER), *args, str(self.out)), tmp_path / "camera.log")
+        # it gives up after 60 s without a node ('no node'): the wait only guards liveness
+        line = self.child.wait_for_line("ready", 120)
+        assert line == "ready", f"camera process ({self.child.how}): {self.child.log_text()[-2000:]!r}"
 
     def stamps(self, timeout: float = 180.0) -> list[int]:
-        assert self.proc.wait(timeout) == 0
+        assert self.child.wait(timeout) == 0, self.child.log_text()[-2000:]
         return json.loads(self.out.read_text())
 
-    def running(self) -> bool:
-        return self.proc.poll() is None
-
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        self.child.stop(stop_signal=signal.SIGKILL)
 
 
 def _frame(rng, h: int = 48, w: int = 64, value: int | None = None) -> ImageCase:
@@ -410,11 +404,7 @@ def test_a_bad_model_file_stops_the_node_at_start_with_one_error_line_and_exit_2
         path.write_bytes(tiny_model.read_bytes()[: tiny_model.stat().st_size // 3])
     elif kind == "foreign":
         _foreign(path)
-    res = subprocess.run(
-        [sys.executable, "-m", "openclaw_vision.cli", "encoder", "--model-path", str(path), "--transport",
-         "cyclonedds"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    res = children.run(children.cli("encoder", "--model-path", str(path), "--transport", "cyclonedds"), timeout=120)
     out = res.stdout + res.stderr
     errors = [line for line in out.splitlines() if "ERROR" in line]
     assert res.returncode == 2, out
@@ -547,13 +537,12 @@ def test_publishers_that_leave_cleanly_or_die_do_not_stop_the_node_and_traffic_r
         _lockstep(first, 5, rng)
         first.close()  # a clean leave: the writer is deleted, the node sees its samples end
 
-        doomed = subprocess.Popen([sys.executable, "-c", _PUBLISHER], stdout=subprocess.PIPE, text=True)
+        doomed = children.Child(children.python("-c", _PUBLISHER), tmp_path / "doomed.log")
         try:
-            assert doomed.stdout.readline().strip() == "publishing"
+            assert doomed.wait_for_line("publishing", 60) == "publishing", doomed.log_text()[-2000:]
             time.sleep(2.0)  # mid-stream ...
         finally:
-            doomed.send_signal(signal.SIGKILL)  # ... killed: no goodbye on DDS, only a lease that runs out
-            doomed.wait()
+            doomed.stop(stop_signal=signal.SIGKILL)  # ... killed: no goodbye on DDS, only a lease that runs out
 
         second = Link(_transport("publisher_b"))
         try:

@@ -166,19 +166,19 @@ print("stopped" if stop.wait() else "not stopped", stop.reason, flush=True)  # n
 """
 
 
-def test_a_signal_delivered_to_another_thread_still_ends_the_wait():
+def test_a_signal_delivered_to_another_thread_still_ends_the_wait(tmp_path):
     """The encoder once ignored SIGTERM under load: the signal went to a thread other than the main one, whose
     wait was then never interrupted (the stop bench saw it in 1 of 6 stops). The wait wakes on Python's
     wakeup fd, which the interpreter writes on whichever thread the signal arrives."""
-    proc = subprocess.Popen([sys.executable, "-c", _OTHER_THREAD], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)  # fmt: skip
-    assert proc.stdout.readline().strip() == "waiting"
-    proc.send_signal(signal.SIGTERM)
-    try:
-        out, err = proc.communicate(timeout=60)  # liveness: without the wakeup fd it waits forever
-    finally:
-        proc.kill()
-    assert out.strip() == "stopped SIGTERM" and proc.returncode == 0, (out, err)
+    from openclaw_vision import children
+
+    with children.Child(children.python("-c", _OTHER_THREAD), tmp_path / "child.log") as child:
+        assert child.wait_for_line("waiting", 60) == "waiting", child.log_text()
+        child.send(signal.SIGTERM)  # its group: the child alone
+        code = child.wait(60)  # liveness: without the wakeup fd it waits forever
+        said = child.log_text()
+    lines = said.splitlines()
+    assert code == 0 and lines[lines.index("waiting") + 1 :] == ["stopped SIGTERM"], said
 
 
 def test_a_node_whose_threads_keep_failing_makes_the_runner_stop_it_with_exit_code_1(tmp_path):
