@@ -106,11 +106,8 @@ def launch_arguments() -> str:
     """The launch file's overriding arguments, the nodes each one sets, and what `--show-args` says."""
     from .ros import launch_args
 
-    rows = []
-    for name in (*launch_args.ENCODER_ARGUMENTS, *launch_args.VLM_ARGUMENTS, *launch_args.LABELS_ARGUMENTS,
-                 *launch_args.MEMORY_ARGUMENTS):  # fmt: skip
-        reaches = [node for node, (_, names) in launch_args.NODE_ARGUMENTS.items() if name in names]
-        rows.append((f"`{name}:=`", ", ".join(reaches), launch_args.argument_description(name)))
+    rows = [(f"`{name}:=`", ", ".join(launch_args.argument_nodes(name)), launch_args.argument_description(name))
+            for name in launch_args.ARGUMENTS]  # fmt: skip
     return table(("argument", "sets a parameter of", "description (`--show-args`)"), rows)
 
 

@@ -101,3 +101,17 @@ def test_memory_arguments_go_to_the_memory_node_only_when_set():
     assert memory_overrides({"robot": "7", "store": UNSET}) == {"robot": "7"}
     assert memory_overrides({"robot": "on"}) == {"robot": "on"}
     assert MemoryConfig.from_dict(memory_overrides({"robot": "7"})).validate().robot == "7"
+
+
+def test_each_argument_names_the_nodes_it_sets_once():
+    """What `--show-args` and the docs' launch table say an argument reaches is argument_nodes: every node whose
+    configuration has that key, the owning one first; "goes to" only for an argument that sets more than one."""
+    from openclaw_vision.ros.launch_args import ARGUMENTS, NODE_ARGUMENTS, argument_description, argument_nodes
+
+    assert len(set(ARGUMENTS)) == len(ARGUMENTS)
+    for name in ARGUMENTS:
+        nodes = argument_nodes(name)
+        assert nodes and all(name in NODE_ARGUMENTS[n][0].params() for n in nodes), name
+        assert ("goes to " + ", ".join(nodes) in argument_description(name)) == (len(nodes) > 1), name
+    assert argument_nodes("model") == ["encoder_node", "vlm_node", "labels_node"]
+    assert argument_nodes("llm") == ["vlm_node"]

@@ -48,6 +48,13 @@ NODE_ARGUMENTS = {
     "labels_node": (cfgmod.LabelsConfig, (*LABELS_ARGUMENTS, *LABELS_SHARED)),
     "memory_node": (cfgmod.MemoryConfig, (*MEMORY_ARGUMENTS, *MEMORY_SHARED)),
 }
+#: every overriding argument, in the order the launch file declares them
+ARGUMENTS = (*ENCODER_ARGUMENTS, *VLM_ARGUMENTS, *LABELS_ARGUMENTS, *MEMORY_ARGUMENTS)
+
+
+def argument_nodes(name: str) -> list[str]:
+    """The nodes whose parameter the argument `name` sets, in launch order (the first is the one it belongs to)."""
+    return [node for node, (_, names) in NODE_ARGUMENTS.items() if name in names]
 
 
 def user_overrides(values: Mapping[str, str], names) -> dict[str, Any]:
@@ -75,8 +82,8 @@ def argument_description(name: str) -> str:
     """What `ros2 launch ... --show-args` says about an overriding argument: the parameter's own `Param`
     (choices first, description, range) of the node whose argument it is, the other nodes it also sets,
     and that leaving it unset keeps the parameters file's value."""
-    reaches = [node for node, (_, names) in NODE_ARGUMENTS.items() if name in names]
-    cls = next(cls for cls, names in NODE_ARGUMENTS.values() if name in names)
+    reaches = argument_nodes(name)
+    cls = NODE_ARGUMENTS[reaches[0]][0]
     spec, default = cls.params()[name], getattr(cls(), name)
     parts = [" | ".join(spec.choices)] if spec.choices else []
     parts += [spec.description, *([spec.range_text()] if spec.range_text() else [])]
