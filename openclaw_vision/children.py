@@ -78,17 +78,24 @@ def _signal_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
 
 
-def run(argv: Sequence[str], *, timeout: float, env: Mapping[str, str] | None = None,
-        cwd: str | Path | None = None, stderr_path: Path | None = None) -> Finished:  # fmt: skip
+def _environ(env: Mapping[str, str] | None, inherit: bool) -> dict[str, str]:
+    """`env` over this process's environment, or (not `inherit`) `env` alone: a sourced ROS environment
+    must not take this venv's PYTHONPATH or ROS_LOCALHOST_ONLY along."""
+    return {**(os.environ if inherit else {}), **(env or {})}
+
+
+def run(argv: Sequence[str], *, timeout: float, env: Mapping[str, str] | None = None, cwd: str | Path | None = None,
+        stderr_path: Path | None = None, inherit_env: bool = True) -> Finished:  # fmt: skip
     """Run `argv` to its end in a group of its own and return what it printed and how it ended.
 
     Never raises for the child's failure (a non-zero exit, a signal, the timeout): the caller reads
     `Finished.ok` and says why. On timeout the whole group is killed. `env` is added to this
-    process's environment (which is never changed here). `stderr_path`: stderr goes to that file
-    instead (a log the caller keeps); `Finished.stderr` is then its content.
+    process's environment (which is never changed here), or is the whole of it (`inherit_env=False`).
+    `stderr_path`: stderr goes to that file instead (a log the caller keeps); `Finished.stderr` is then
+    its content.
     """
     t0 = time.perf_counter()
-    full_env = {**os.environ, **(env or {})}
+    full_env = _environ(env, inherit_env)
     with contextlib.ExitStack() as stack:
         err = stack.enter_context(open(stderr_path, "w")) if stderr_path else subprocess.PIPE
         proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=err, text=True, env=full_env,
@@ -115,10 +122,13 @@ class Child:
 
     Use as a context manager, or call `stop()` in a `finally`: the group is stopped with `stop_signal`
     (SIGINT: what `ros2 launch` and our nodes treat as a clean stop), then killed after `timeout`.
+    `env` is added to this process's environment, or with `inherit_env=False` is the whole of it. Its
+    stdin is /dev/null: in a session of its own it has no business with a terminal (`ros2 bag play`
+    would put one in raw mode for its keyboard controls).
     """
 
     def __init__(self, argv: Sequence[str], log_path: Path | None = None, env: Mapping[str, str] | None = None,
-                 cwd: str | Path | None = None) -> None:  # fmt: skip
+                 cwd: str | Path | None = None, *, inherit_env: bool = True) -> None:  # fmt: skip
         self.argv = tuple(argv)
         self.log_path = Path(log_path) if log_path else None
         if self.log_path:
@@ -127,9 +137,10 @@ class Child:
         try:
             self.proc = subprocess.Popen(
                 list(argv),
+                stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, **(env or {})},
+                env=_environ(env, inherit_env),
                 cwd=cwd,
                 text=True,
                 start_new_session=True,

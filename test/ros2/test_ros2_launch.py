@@ -119,7 +119,7 @@ def test_model_argument_gives_the_vlm_the_encoders_width(ros2, my_configs):
     answer = json.loads(ros2.run(*probe, "768", timeout=60).stdout.splitlines()[-1])
     assert "answer" in answer, answer
     assert answer["answer"]["frame_id"].startswith("probe-768-") and answer["answer"]["answer_tokens"] >= 1
-    proc.stop(signal.SIGINT, 15)
+    proc.stop(timeout=15)  # SIGINT, as a terminal's Ctrl-C
 
 
 def test_the_shipped_defaults_name_the_model_to_export(ros2):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 
 import numpy as np
@@ -80,16 +79,17 @@ def test_an_rclpy_client_queries_the_rclpy_memory_node(ros2, node_params, tiny_t
 
 def test_an_rclpy_client_queries_the_pip_path_memory_node(ros2, tiny_text_model, plan, tmp_path):
     """rclpy (rmw_cyclonedds) client → our Cyclone service: the request header and names interoperate."""
-    node = subprocess.Popen([sys.executable, "-m", "openclaw_vision.ros.memory_node", "--transport", "cyclonedds",
-                             "--store", str(tmp_path / "store"), "--flush-period", "0.2", "--batch-rows", "4",
-                             "--text-model", str(tiny_text_model)], env=pip_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
+    # the pip path in its own environment (pip_env: this venv, no ROS sourced); its output goes to a log file
+    node = ros2.start(sys.executable, "-m", "openclaw_vision.ros.memory_node", "--transport", "cyclonedds",
+                      "--store", str(tmp_path / "store"), "--flush-period", "0.2", "--batch-rows", "4",
+                      "--text-model", str(tiny_text_model), env=pip_env())  # fmt: skip
     try:
         out = _run_client(ros2, plan, tmp_path, ros2.environ())
         called = ros2.run("python3", "-c", OUR_RCLPY_CLIENT, timeout=60).stdout  # the transport seam's client
     finally:
-        node.send_signal(2)
-        log = node.communicate(timeout=30)[0]
+        code = node.stop(timeout=30)  # SIGINT to its group
+    log = node.output()
+    assert code == 0, log[-2000:]  # stopped by the signal, cleanly, within 30 s
     assert "transport: cyclonedds" in log, log[-2000:]
     check(plan, out)
     assert f"got True [{plan['stamps_ns'][4]}]" in called, called

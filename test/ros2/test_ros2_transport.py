@@ -19,7 +19,6 @@ Frame counts are small: each check is about what arrives and what it carries, no
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 import warnings
@@ -28,6 +27,7 @@ from pathlib import Path
 import pytest
 from support.humble import ROBOT_CONFIG, ROOT, pip_env, ros_args
 
+from openclaw_vision import children
 from openclaw_vision.ros import dds_config
 
 SUPPORT = ROOT / "test" / "support"
@@ -200,10 +200,11 @@ def test_bag_play_record_info_and_replay(ros2, node_params, rmem_raised, tmp_pat
     assert image_stamps == played_stamps
 
     # our replay (cyclonedds-python) of the recorded bag into the rclpy node
-    out = subprocess.run([sys.executable, "-m", "openclaw_vision.cli", "replay", str(rec), "--transport",
-                          "cyclonedds", "--bag-topic", "/camera/image_raw", "--rate", "0", "--lockstep",
-                          "--storage", "sqlite3", "--out", str(tmp_path / "replayed")],
-                         env=pip_env(), capture_output=True, text=True, timeout=120)  # fmt: skip
+    # run to its end by children.run (its stdout, the JSON summary, apart from its log), in pip_env alone
+    out = children.run(children.cli("replay", str(rec), "--transport", "cyclonedds", "--bag-topic",
+                                    "/camera/image_raw", "--rate", "0", "--lockstep", "--storage", "sqlite3",
+                                    "--out", str(tmp_path / "replayed")),
+                       env=pip_env(), inherit_env=False, timeout=120)  # fmt: skip
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     summary = json.loads(out.stdout[out.stdout.index("{") :])
     assert summary["sent"] == len(images) and summary["accounted"], summary
@@ -245,18 +246,19 @@ def test_rclpy_camera_to_the_pip_encoder_to_rclpy(ros2, tiny_model, rmem_raised,
     """The mixed graph's other direction: an rclpy camera → our Cyclone-path node → an rclpy subscriber."""
     env = robot_env(ros2)
     stats = tmp_path / "stats.json"
-    node = subprocess.Popen([sys.executable, "-m", "openclaw_vision.ros.encoder_node", "--transport", "cyclonedds",
-                             "--model", "tiny", "--model-path", str(tiny_model), "--precision", "fp32",
-                             "--backend", "onnxruntime", "--threads", "1", "--stats-json", str(stats)],
-                            env=pip_env(robot=True), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)  # fmt: skip
+    # the pip path in its own environment (pip_env: this venv, no ROS sourced); its output goes to a log file
+    node = ros2.start(sys.executable, "-m", "openclaw_vision.ros.encoder_node", "--transport", "cyclonedds",
+                      "--model", "tiny", "--model-path", str(tiny_model), "--precision", "fp32",
+                      "--backend", "onnxruntime", "--threads", "1", "--stats-json", str(stats),
+                      env=pip_env(robot=True))  # fmt: skip
     try:
         counter = start_counter(ros2, tmp_path / "features.json", env, count=4)
         sent = camera(ros2, tmp_path / "cam.json", env, "bgr8", 4, fps=4)
         counter.wait(20)
     finally:
-        node.send_signal(2)
-        log = node.communicate(timeout=20)[0]
+        code = node.stop(timeout=20)  # SIGINT to its group
+    log = node.output()
+    assert code == 0, log[-2000:]  # stopped by the signal, cleanly, within 20 s
     got = headers(tmp_path / "features.json")
     st = json.loads(stats.read_text())
     assert got and set(got) <= set(sent), (got, sent, log[-2000:])

@@ -19,9 +19,10 @@ ROS_LOCALHOST_ONLY is unset (Humble's rmw_cyclonedds_cpp adds 127.0.0.1 itself u
 ROS_LOCALHOST_ONLY=1 and refuses a config that also names `lo`: ../shared/ros2-humble/README.md).
 `Ros2.environ(localhost_only=True, cyclonedds_uri=…)` gives the other combination.
 
-Processes are started in a session of their own (a background process of a non-interactive shell
-ignores SIGINT, and so would its children) and stopped by signalling the whole group; `Ros2.close`
-kills whatever a test left behind.
+Processes are started by the package's one mechanism, children.Child (a session of its own: a background
+process of a non-interactive shell ignores SIGINT, and so would its children; stopped by signalling the
+whole group), in the sourced environment alone (`Ros2Process`); `Ros2.close` kills whatever a test left
+behind.
 
 Also a command line, so `make setup` prepares the same things the tier uses (one path):
     python test/support/humble.py prepare
@@ -42,6 +43,8 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+
+from openclaw_vision.children import Child
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared" / "ros2-humble"
@@ -249,42 +252,32 @@ def no_daemon(cmd: tuple[str, ...]) -> list[str]:
     return cmd
 
 
-class Ros2Process:
-    """A command started in its own session, its output in a log file; signalled as a group."""
+class Ros2Process(Child):
+    """A command started by children.Child (a session and group of its own, its output in a log file, stdin
+    /dev/null) in exactly the environment given: a sourced Humble takes nothing of this process's. Adds what
+    the tier asks of a ROS process: a wait for its output that fails the test, the members of its session,
+    the leader's children (`ros2 run`'s node). `stop()` is Child's: SIGINT to the group, SIGKILL after
+    `timeout`, the exit code."""
 
     def __init__(self, cmd: list[str], env: dict[str, str], log_path: Path, cwd: Path | None = None) -> None:
-        self.cmd, self.log_path = cmd, log_path
-        self._log = open(log_path, "wb")  # noqa: SIM115 - closed in wait()
-        self.proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
-        self.pid = self.proc.pid
+        super().__init__(cmd, log_path, env, cwd, inherit_env=False)
 
     def output(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
+        """What it has printed so far (stdout and stderr, one log)."""
+        return self.log_text()
 
     def members(self) -> list[int]:
         return session_members(self.pid)
 
-    def send(self, sig: int) -> None:
-        """`sig` to every process of the group (as a terminal's Ctrl-C reaches them all)."""
-        with suppress(ProcessLookupError):
-            os.killpg(self.pid, sig)
-
     def wait_for(self, text: str, timeout: float = 60.0) -> str:
         """Wait until `text` is in the output; the output so far. Fails if the process ends first."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            out = self.output()
-            if text in out:
-                return out
-            if not self.alive():
-                code = self.proc.returncode
-                raise AssertionError(f"{self.cmd} exited {code} before printing {text!r}:\n{out[-4000:]}")
-            time.sleep(0.1)
-        raise AssertionError(f"{self.cmd}: no {text!r} within {timeout} s:\n{self.output()[-4000:]}")
+        self.wait_for_line(text, timeout, anywhere=True)
+        out = self.output()  # read again: a line written just before the exit is in the log by now
+        if text in out:
+            return out
+        if not self.alive():
+            raise AssertionError(f"{list(self.argv)} ended ({self.how}) before printing {text!r}:\n{out[-4000:]}")
+        raise AssertionError(f"{list(self.argv)}: no {text!r} within {timeout} s:\n{out[-4000:]}")
 
     def children(self) -> list[int]:
         """The leader's direct children (for `ros2 run`: the node process it started)."""
@@ -294,30 +287,13 @@ class Ros2Process:
         except OSError:
             return []
 
-    def wait(self, timeout: float) -> int | None:
-        """The exit code, or None when still running after `timeout` s."""
-        try:
-            code = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return None
-        self._log.close()
-        return code
-
-    def stop(self, sig: int = signal.SIGINT, timeout: float = 10.0) -> int | None:
-        """Signal the group and wait for the leader; None if it outlived `timeout` (then it is killed)."""
-        self.send(sig)
-        code = self.wait(timeout)
-        if code is None:
-            self.kill()
-        return code
-
     def kill(self) -> None:
-        """SIGKILL to the group and to anything left in the session; reap the leader."""
-        self.send(signal.SIGKILL)
+        """SIGKILL to the group, reap the leader (Child.stop), then to anything left in the session: a member
+        that made a group of its own."""
+        self.stop(timeout=0, stop_signal=signal.SIGKILL)
         for pid in self.members():
             with suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        self.wait(10)
 
 
 class Ros2:
