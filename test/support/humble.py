@@ -44,7 +44,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from openclaw_vision.children import Child
+from openclaw_vision.children import Child, Finished
+from openclaw_vision.children import run as run_to_end
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared" / "ros2-humble"
@@ -309,14 +310,15 @@ class Ros2:
         self._started: list[Ros2Process] = []
         self._n = 0
 
-    def build(self, workspace: Path, symlink: bool = False, timeout: float = 600) -> subprocess.CompletedProcess:
+    def build(self, workspace: Path, symlink: bool = False, timeout: float = 600) -> Finished:
         """`colcon build --packages-select openclaw_vision` in `workspace` (its src/ made from this
-        checkout), with the venv *not* active, as the README says."""
+        checkout), with the venv *not* active, as the README says. By children.run: a build past `timeout`
+        is killed with its whole group (colcon's cmake, make, compilers), and reported, not raised."""
         workspace_sources(workspace)
         cmd = ["colcon", "build", "--packages-select", PACKAGE, "--event-handlers", "console_direct-"]
         if symlink:
             cmd.append("--symlink-install")
-        return subprocess.run(cmd, cwd=workspace, env=self.base, capture_output=True, text=True, timeout=timeout)
+        return run_to_end(cmd, timeout=timeout, cwd=workspace, env=self.base, inherit_env=False)
 
     def use(self, install: Path) -> None:
         """Run later commands with `install/setup.bash` sourced and the robot venv active."""
