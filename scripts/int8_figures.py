@@ -15,7 +15,11 @@ For each architecture and each outlier profile (quant/profiles.py; `none` is the
 - plain: `quantize` with migration off, every GEMM INT8 (max_float 0), today's calibration (percentile);
   written whatever its verdict (the gate's bounds relaxed for the write only) and judged here by the
   real GateSpec, so its latency can be measured too;
-- ours: `quantize` as `openclaw-vision quantize` runs it (migration, sensitivity, partition);
+- ours: `quantize` as `openclaw-vision quantize` runs it (migration, split, sensitivity, partition), with the
+  default scheme s8s8 (signed symmetric activations: the one model TensorRT, OpenVINO and ONNX Runtime all run);
+- ours u8 (`--u8`): the same with `--scheme u8s8` (unsigned asymmetric activations: OpenVINO and ONNX Runtime
+  only, as NNCF's model is OpenVINO only). On VNNI CPUs oneDNN's INT8 GEMM reads u8 × s8 natively (vpdpbusd),
+  and NNCF gives most FCs u8 inputs: this row is the like-for-like one for the CPU columns;
 - NNCF: `nncf.quantize(model_type=TRANSFORMER)` (SmoothQuant on, matmul alpha 0.95: its default for
   transformers, written out) on the same FP32 ONNX read by OpenVINO, with the same calibration tensors.
 
@@ -133,6 +137,8 @@ def group_models(folder: Path, name: str, profile: str) -> dict[str, Path]:
     stem = folder / f"{name}.{profile}"
     models = {"fp32": Path(f"{stem}.fp32.onnx"), "plain": Path(f"{stem}.plain.int8.onnx"),
               "ours": Path(f"{stem}.ours.int8.onnx"), "nncf": Path(f"{stem}.nncf.int8.xml")}  # fmt: skip
+    if Path(f"{stem}.ours-u8.int8.onnx").exists():  # `--u8` made it
+        models["ours u8"] = Path(f"{stem}.ours-u8.int8.onnx")
     if profile != "none":
         models["ours, no outliers"] = folder / f"{name}.none.ours.int8.onnx"
     return models
@@ -193,6 +199,9 @@ def run_arch(name: str, profile_names: list[str], frames: list, args, folder: Pa
         plain = quantize(QuantOptions(fp32, out=plain_path, smooth=False, split=False, max_float=0, sensitivity=False,
                                       gate=WRITE_ANYWAY, **common), frames)  # fmt: skip
         ours = quantize(QuantOptions(fp32, out=ours_path, **common), frames)
+        ours_u8, u8_path = None, folder / f"{name}.{profile}.ours-u8.int8.onnx"
+        if args.u8:
+            ours_u8 = quantize(QuantOptions(fp32, out=u8_path, scheme="u8s8", **common), frames)
         # the same frames, split and capped as quantize did them: the evaluator's held-out set and the calibration
         image_size = int(onnx_files.read_metadata(fp32).get("image_size", 224))
         caps = ours.sections["calibration"]["frame_caps"]
@@ -201,22 +210,28 @@ def run_arch(name: str, profile_names: list[str], frames: list, args, folder: Pa
         text_ref, _ = crossmodal.find_reference(ours.model, text)
         ev = Evaluator.from_model(fp32, heldout, text=text_ref)
         nncf_path = nncf_model(fp32, qdata.calibration, paths["nncf"])
-        written = {k: p for k, p in (("plain", plain_path), ("ours", ours_path), ("nncf", nncf_path)) if p.exists()}
+        written = {k: p for k, p in (("plain", plain_path), ("ours", ours_path), ("nncf", nncf_path),
+                                     ("ours u8", u8_path if ours_u8 else None)) if p and p.exists()}  # fmt: skip
         scored = {k: _metrics(ev.score(p, "openvino")) for k, p in written.items()}
         if "ours" not in written:  # its gate failed, so `quantize` wrote nothing (as a user gets it): ORT's figures
             log.warning("%s %s: ours failed the gate: %s", name, profile, ours.summary())
             scored["ours"] = {**_metrics({"onnxruntime": ours.worst}), "gate": False}
         lat = {} if args.no_latency or "ours" not in written else measure_group(folder, name, profile, image_size, args)
-        shares = {"plain": 1.0, "ours": ours.sections["int8_flop_share"], "nncf": round(nncf_int8_share(nncf_path), 4)}
-        for variant in ("plain", "ours", "nncf"):
+        runs = {"ours": ours, "ours u8": ours_u8}
+        shares = {"plain": 1.0, "nncf": round(nncf_int8_share(nncf_path), 4),
+                  **{k: r.sections["int8_flop_share"] for k, r in runs.items() if r}}  # fmt: skip
+        for variant in ("plain", "ours", *(["ours u8"] if ours_u8 else []), "nncf"):
+            if variant not in scored:  # ours u8 failed its gate
+                scored[variant] = {**_metrics({"onnxruntime": runs[variant].worst}), "gate": False}
             row = {"model": name, "profile": profile, "variant": variant, **scored[variant],
                    "int8_share": shares[variant], "image_size": image_size, **latency_fields(lat, variant)}  # fmt: skip
-            if variant == "ours":
-                row["gate_onnxruntime"] = ours.passed
-                row["kept_float"] = ours.sections["kept_float_labels"]
-                row["migrated"] = ours.sections["migration"]["migrated"]
-                row["split"] = ours.sections["split"]["layers"]  # FC2s whose outlier units run apart in FP32
-                row["trials"] = ours.sections["trials"]  # the partition's tries: what each kept float gave
+            if variant in runs:
+                run = runs[variant]
+                row["gate_onnxruntime"] = run.passed
+                row["kept_float"] = run.sections["kept_float_labels"]
+                row["migrated"] = run.sections["migration"]["migrated"]
+                row["split"] = run.sections["split"]["layers"]  # FC2s whose outlier units run apart in FP32
+                row["trials"] = run.sections["trials"]  # the partition's tries: what each kept float gave
             if variant == "plain":
                 row["gate_onnxruntime"] = plain.worst.passes(GateSpec())
             rows.append(row)
@@ -253,6 +268,7 @@ def main() -> int:
     p.add_argument("--heldout", type=int, default=0, help="held-out frames per resolution (0: all)")
     p.add_argument("--sweep", default="auto", choices=("auto", "always", "never"))
     p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--u8", action="store_true", help="also ours with --scheme u8s8 (CPU runtimes only, as NNCF's)")
     p.add_argument("--latency-budget-s", type=float, default=12.0)
     p.add_argument("--out", type=Path, default=Path("/tmp/int8-figures"))
     p.add_argument("--json", type=Path, default=None)

@@ -10,7 +10,8 @@ partition then keeps the whole FC2 in float (ViT-L/14 `clip-like`: two FC2s, 2.8
 - the FC1 weight column u and its bias are zeroed, so GELU(0) = 0 and FC2's input channel u is exactly 0
   in the INT8 GEMMs (whose ranges are then measured again without it);
 - a side path in FP32 reads FC1's input: x·W1[:, u] + b1[u], the block's own activation (its nodes copied,
-  so GELU or QuickGELU alike), then ·W2[u, :], added to FC2's output before its bias.
+  so GELU or QuickGELU alike), then ·W2[u, :], added to FC2's output after its bias Add: the GEMM and
+  its bias Add stay adjacent, the pattern runtimes fuse into the INT8 GEMM's epilogue.
 
 The FP32 function is unchanged; the INT8 GEMMs keep their shapes and their Q/DQ form (TensorRT's explicit
 rules, OpenVINO, ONNX Runtime); the side path adds k·2·W multiply-adds per token twice (k ≤ MAX_SHARE of
@@ -86,9 +87,10 @@ def _depends(graph: onnx.GraphProto, start: str, end: str) -> list[onnx.NodeProt
 
 
 def _bias_add(graph: onnx.GraphProto, matmul_out: str, inits: set[str]) -> onnx.NodeProto:
+    """The Add that reads a GEMM's output and a bias initializer (FC1 and FC2 both have one in CLIP's MLP)."""
     adds = [n for n in graph.node if n.op_type == "Add" and matmul_out in n.input]
     if len(adds) != 1 or not any(i in inits for i in adds[0].input):
-        raise ValueError(f"FC1 output {matmul_out} is not followed by one bias Add")
+        raise ValueError(f"GEMM output {matmul_out} is not followed by one bias Add")
     return adds[0]
 
 
@@ -126,14 +128,14 @@ def rewrite(graph: onnx.ModelProto, splits: list[Split], weights: list[Pending],
             return w.astype(np.float32)
 
         pending[sp.fc1.weight] = Pending(sp.fc1.weight, dims[0], dims[1], zeroed)
-        _side_path(g, tag, mm1.input[0], bias_node.output[0], mm2)
+        _side_path(g, tag, mm1.input[0], bias_node.output[0], mm2, _bias_add(g, mm2.output[0], inits))
     return out, list(pending.values())
 
 
-def _side_path(g: onnx.GraphProto, tag: str, x: str, fc1_out: str, mm2: onnx.NodeProto) -> None:
-    """x·W1u + b1u → the block's activation nodes (copied) → ·W2u, added to FC2's output; placed right after
-    FC2's MatMul (every tensor it reads exists by then), FC2's consumers rewired to the sum."""
-    fc2_in, fc2_out = mm2.input[0], mm2.output[0]
+def _side_path(g: onnx.GraphProto, tag: str, x: str, fc1_out: str, mm2: onnx.NodeProto, bias2: onnx.NodeProto) -> None:
+    """x·W1u + b1u → the block's activation nodes (copied) → ·W2u, added to FC2's biased output; placed right
+    after FC2's bias Add (every tensor it reads exists by then), that Add's consumers rewired to the sum."""
+    fc2_in, fc2_out = mm2.input[0], bias2.output[0]
     act_nodes = _depends(g, fc1_out, fc2_in)
     rename = {fc1_out: f"{tag}_h"}
     new = [helper.make_node("MatMul", [x, f"{tag}_w1"], [f"{tag}_x"], name=f"{tag}_fc1"),
@@ -153,7 +155,7 @@ def _side_path(g: onnx.GraphProto, tag: str, x: str, fc1_out: str, mm2: onnx.Nod
         for i, name in enumerate(n.input):
             if name == fc2_out:
                 n.input[i] = f"{tag}_out"
-    at = next(k for k, n in enumerate(g.node) if n.name == mm2.name) + 1
+    at = next(k for k, n in enumerate(g.node) if bias2.output[0] in n.output) + 1
     for k, n in enumerate(new):
         g.node.insert(at + k, n)
 
