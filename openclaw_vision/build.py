@@ -340,7 +340,7 @@ def _quantize_arguments(p: argparse.ArgumentParser) -> None:
         "--scheme",
         q,
         choices=SCHEMES,
-        help="s8s8: signed symmetric, TensorRT and ONNX Runtime; u8s8: unsigned activations, ONNX Runtime only",
+        help="s8s8: signed symmetric, every runtime; u8s8: unsigned activations, CPU runtimes only (not TensorRT)",
     )
     field_flag(p, "--min-mean-cosine", GateSpec, "mean_cosine")
     field_flag(p, "--min-cosine", GateSpec, "min_cosine")

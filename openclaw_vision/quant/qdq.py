@@ -4,7 +4,8 @@ Default scheme `s8s8` is what TensorRT's explicit quantisation expects: signed I
 zero point 0, per-tensor activation scales, per-output-channel weight scales. Weights are
 stored as INT8 initializers followed by a DequantizeLinear (TensorRT folds it into the
 layer's weights; ONNX Runtime fuses DQ→MatMul into an integer MatMul), which is also what
-shrinks the file. `u8s8` (unsigned, asymmetric activations) is an ONNX-Runtime-only variant.
+shrinks the file. `u8s8` (unsigned, asymmetric activations) is a CPU-only variant: OpenVINO and ONNX Runtime run
+it, TensorRT refuses it (encoders/trt_rules.py); on VNNI CPUs oneDNN's INT8 GEMM reads u8 × s8 natively.
 """
 
 from __future__ import annotations
