@@ -58,8 +58,9 @@ class BatchStages:
     """The node's `prepare`, `encode` and `failed` for scheduler.BatchScheduler, over its cameras."""
 
     def __init__(self, pipeline: FramePipeline, cameras: dict[str, Camera], transport: Transport,
-                 counts: NodeCounters) -> None:  # fmt: skip
-        self.pipeline, self.cameras, self.transport, self.counts = pipeline, cameras, transport, counts
+                 node_counters: NodeCounters) -> None:  # fmt: skip
+        self.pipeline, self.cameras, self.transport = pipeline, cameras, transport
+        self.node_counters = node_counters
 
     def prepare(self, batch: list[tuple[str, tuple]]) -> TakenBatch:
         """Stage one: the frames taken from their slots, decoded and preprocessed (`queue` ends here).
@@ -97,8 +98,8 @@ class BatchStages:
                 cam.features.publish(features_message(self.transport, header, res.model_id, res.vectors[row]))
             except Exception as err:
                 taken.settled.add(i)
-                self.counts.fail([cam], repr(err))
-                self.counts.warn_fail(log.error, "publishing features of %s failed: %r", cam.spec.topic, err)
+                self.node_counters.fail([cam], repr(err))
+                self.node_counters.warn_fail(log.error, "publishing features of %s failed: %r", cam.spec.topic, err)
                 continue
             cam.time("publish", time.perf_counter() - t0)
             cam.time("batch", started - taken.at - own[i])
@@ -113,7 +114,7 @@ class BatchStages:
     def failed(self, taken: TakenBatch, err: Exception) -> None:
         """Stage two ended by an unexpected exception (a bug, not an encode or publish error: those are
         counted where they happen): every frame it left uncounted counts as failed."""
-        self.counts.fail([taken.cams[i] for i in taken.unsettled()], f"{type(err).__name__}: {err}")
+        self.node_counters.fail([taken.cams[i] for i in taken.unsettled()], f"{type(err).__name__}: {err}")
 
     def dropped(self, taken: TakenBatch) -> None:
         """A batch prepared but never encoded (the node stopped): its frames are dropped."""
@@ -125,6 +126,6 @@ class BatchStages:
         reason = str(err) if isinstance(err, EncoderError) else repr(err)
         unsettled = taken.unsettled()
         taken.settled.update(unsettled)
-        self.counts.fail([taken.cams[i] for i in unsettled], reason)
-        self.counts.warn_fail(log.error, "encoding a frame failed (a batch of %d, each counted): %s", len(taken.batch),
-                              reason)  # fmt: skip
+        self.node_counters.fail([taken.cams[i] for i in unsettled], reason)
+        self.node_counters.warn_fail(log.error, "encoding a frame failed (a batch of %d, each counted): %s",
+                                     len(taken.batch), reason)  # fmt: skip

@@ -111,13 +111,13 @@ class EncoderNode:
         self.cameras, self._slots = self.intake.cameras, self.intake.slots
         for cam in self.cameras.values():
             cam.features = transport.publisher(cam.spec.features_topic, VISUAL_FEATURES, DEFAULT)
-        self.counts = NodeCounters(self.intake, encoder, self.pipeline.max_batch, transport, self.supervisor,
-                                   self.watchdog, cfg.log_throttle_period)  # fmt: skip
-        self._warn_fail = self.counts.warn_fail
+        self.node_counters = NodeCounters(self.intake, encoder, self.pipeline.max_batch, transport,
+                                          self.supervisor, self.watchdog, cfg.log_throttle_period)  # fmt: skip
+        self._warn_fail = self.node_counters.warn_fail
         for cam in self.cameras.values():
             cam.images = self._subscribe_images(cam)
         self.overlap = overlaps(self.pipeline) if overlap is None else overlap and self.pipeline.concurrent
-        self.stages = BatchStages(self.pipeline, self.cameras, transport, self.counts)
+        self.stages = BatchStages(self.pipeline, self.cameras, transport, self.node_counters)
         # stage two through `_encode_and_publish`, looked up per batch: the node's seam (a test injects a fault there)
         self.scheduler: BatchScheduler[TakenBatch] = BatchScheduler(
             self._slots, self.pipeline.max_batch, self.stages.prepare, lambda t: self._encode_and_publish(t),
@@ -126,9 +126,11 @@ class EncoderNode:
 
     # what the transport threads and the worker call ---------------------------------------
     def _on_image(self, cam: Camera, msg: Any, deserialize_s: float) -> None:
+        """A sample from `cam`'s subscription (its callback looks this up per sample: a test holds it here)."""
         self.intake.on_image(cam, msg, deserialize_s)
 
     def _encode_and_publish(self, taken: TakenBatch) -> float | None:
+        """Stage two of a batch (BatchStages.encode_and_publish), the scheduler's `encode`."""
         return self.stages.encode_and_publish(taken)
 
     def _encode_batch(self, batch: list[tuple[str, tuple]]) -> None:
@@ -139,16 +141,16 @@ class EncoderNode:
     @property
     def counters(self) -> Counters:
         """The totals over every camera (a snapshot-only view: counts are kept per camera)."""
-        return self.counts.totals
+        return self.node_counters.totals
 
     @property
     def last_failure(self) -> str:
         """The reason of the latest failed frame (/diagnostics)."""
-        return self.counts.last_failure
+        return self.node_counters.last_failure
 
     def stats(self) -> dict[str, Any]:
         """Totals at the top level (as for one camera), each camera's own under `cameras`."""
-        return self.counts.stats()
+        return self.node_counters.stats()
 
     def stats_between_frames(self) -> dict[str, Any]:
         """`stats()` while no frame is in the intake (Intake.between_frames). Two of these bound a window in
@@ -157,14 +159,14 @@ class EncoderNode:
             return self.stats()
 
     def diagnostics_values(self, st: dict[str, Any] | None = None) -> dict[str, Any]:
-        return self.counts.diagnostics_values(st)
+        return self.node_counters.diagnostics_values(st)
 
     def health(self, st: dict[str, Any]) -> str:
         """Why the node is not working ('' when it is): see NodeCounters.health."""
-        return self.counts.health(st)
+        return self.node_counters.health(st)
 
     def publish_diagnostics(self) -> None:
-        self.counts.publish_diagnostics()
+        self.node_counters.publish_diagnostics()
 
     def _report(self) -> None:
         every(lambda: self.cfg.diagnostics_period, self._stop, self.publish_diagnostics)
