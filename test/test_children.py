@@ -89,3 +89,25 @@ def test_wait_for_line_finds_a_late_line_among_others_and_gives_up_when_the_chil
 
     monkeypatch.setattr(children.time, "sleep", no_polling)
     assert dead.wait_for_line("ready", 600) == "" and dead.how == "exit 0"
+
+
+def test_an_environment_given_whole_is_all_the_child_sees(tmp_path, monkeypatch):
+    """`inherit_env=False` (a sourced Humble, the pip path's env): nothing of the test run's environment leaks in,
+    e.g. its ROS_LOCALHOST_ONLY or PYTHONPATH, which made Humble's rmw fail to create a domain."""
+    monkeypatch.setenv("OPENCLAW_LEAK_CHECK", "1")
+    show = "import os, sys; sys.stdout.write(os.environ.get('OPENCLAW_LEAK_CHECK', '-') + os.environ['ONLY'])"
+    whole = children.run(children.python("-c", show), timeout=60, env={"ONLY": "x"}, inherit_env=False)
+    added = children.run(children.python("-c", show), timeout=60, env={"ONLY": "x"})
+    assert (whole.stdout, added.stdout) == ("-x", "1x")
+    with children.Child(children.python("-c", f"{show}; print(flush=True)"), tmp_path / "c.log", {"ONLY": "y"},
+                        inherit_env=False) as child:  # fmt: skip
+        assert child.wait(60) == 0
+    assert child.log_text().strip() == "-y"
+
+
+def test_a_child_reads_dev_null_not_the_terminal(tmp_path):
+    """A child has its own session and no business with a terminal (`ros2 bag play` would put one in raw mode)."""
+    with children.Child(children.python("-c", "import os; print(os.readlink('/proc/self/fd/0'))"),
+                        tmp_path / "c.log") as child:  # fmt: skip
+        assert child.wait(60) == 0
+    assert child.log_text().strip() == "/dev/null"
