@@ -9,8 +9,10 @@ labels on /visual_labels; with enable_memory:=true, the memory node with `memory
 config/memory.yaml): /visual_features rows into visual memory (`store`), each row named by its robot
 (`robot`). The other arguments override the file's key of the same name, but only when given on the
 command line: left unset, the file decides (see
-openclaw_vision/ros/launch_args.py for why this matters with launch_ros). `model` also goes to
-the labels node, so that its text tower is of the encoder's weights.
+openclaw_vision/ros/launch_args.py for why this matters with launch_ros). Some arguments go to more
+than one node (`model`, `output_dim` and `features_topic` to the VLM and labels nodes too, so that
+they read the encoder's features of its weights): launch_args.argument_nodes says which, and
+`--show-args` prints it.
 
 Written to the Humble launch API: DeclareLaunchArgument(name, default_value=, description=),
 OpaqueFunction(function=) called with the LaunchContext, whose launch_configurations hold every
@@ -25,11 +27,8 @@ from launch_ros.substitutions import FindPackageShare
 
 from launch import LaunchDescription
 from openclaw_vision.ros.launch_args import (
-    ENCODER_ARGUMENTS,
-    LABELS_ARGUMENTS,
-    MEMORY_ARGUMENTS,
+    ARGUMENTS,
     UNSET,
-    VLM_ARGUMENTS,
     argument_description,
     memory_overrides,
     node_overrides,
@@ -98,6 +97,6 @@ def generate_launch_description() -> LaunchDescription:
     ]
     declared += [
         DeclareLaunchArgument(name, default_value=UNSET, description=argument_description(name))
-        for name in (*ENCODER_ARGUMENTS, *VLM_ARGUMENTS, *LABELS_ARGUMENTS, *MEMORY_ARGUMENTS)
+        for name in ARGUMENTS
     ]
     return LaunchDescription([*declared, OpaqueFunction(function=_nodes)])

@@ -15,8 +15,8 @@ run before the first type is built): identical bytes on the wire, Python `bytes`
 cyclonedds-python: the requirements pin its major version, and the registration is checked on a
 known sample and refused (NativeSeamError, naming the versions) where the table is not as it
 was. The Cyclone transport's image subscriptions and the replay do not go through these classes
-at all (ros/cdr.py reads and writes images with `struct`); they serve every other type, topic
-creation and discovery.
+at all (ros/cdr.py reads images with `struct`; the tests' writer is test/support/cdr_writer.py);
+they serve every other type, topic creation and discovery.
 """
 
 from __future__ import annotations
