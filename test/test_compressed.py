@@ -204,7 +204,7 @@ def test_the_decoder_seam_takes_another_decoder(photo, monkeypatch):
 
 def test_image_transport_parameter_picks_the_compressed_sub_topic():
     from openclaw_vision.config import ConfigError, EncoderConfig
-    from openclaw_vision.ros.encoder_node import image_subscription
+    from openclaw_vision.ros.intake import image_subscription
 
     assert image_subscription(EncoderConfig()) == ("/camera/image_raw", "sensor_msgs/msg/Image")
     cfg = EncoderConfig(image_topic="/front/image_raw/", image_transport="compressed").validate()

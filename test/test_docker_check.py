@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from openclaw_vision.config import EncoderConfig, read_params_file
-from openclaw_vision.ros import encoder_node, types
+from openclaw_vision.ros import node_counters, types
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKER = ROOT / "docker"
@@ -41,7 +41,7 @@ def test_the_check_listens_where_the_node_publishes():
     assert _shell_var(CHECK, "FEATURES") == cfg.features_topic
     assert _shell_var(CHECK, "FEATURES_TYPE") == types.VISUAL_FEATURES
     assert _shell_var(CHECK, "DIAGNOSTICS_TYPE") == types.DIAGNOSTIC_ARRAY
-    assert _shell_var(CHECK, "STATUS") == encoder_node.STATUS_NAME
+    assert _shell_var(CHECK, "STATUS") == node_counters.STATUS_NAME
     assert "ros2 topic echo --once $FEATURES $FEATURES_TYPE" in CHECK and "ros2 topic hz $FEATURES" in CHECK
     assert "ros2 launch openclaw_vision vision.launch.py config:=$CHECK/encoder.yaml" in CHECK
     assert "ros2 bag play $CHECK/sample_bag" in CHECK

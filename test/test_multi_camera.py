@@ -32,7 +32,7 @@ from openclaw_vision.pipeline import FramePipeline
 from openclaw_vision.preprocess.compressed import CompressedFrame
 from openclaw_vision.preprocess.encodings import FrameError
 from openclaw_vision.preprocess.frame import Frame
-from openclaw_vision.ros.encoder_node import camera_specs
+from openclaw_vision.ros.intake import camera_specs
 from openclaw_vision.sample_frames import compress_rgb, convert_rgb, pan_frames
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -490,7 +490,7 @@ def test_a_camera_whose_stamps_skip_frames_shows_the_estimate_in_stats_and_diagn
     --stats-json and on its /diagnostics status, and the totals carry it."""
     from openclaw_vision.ros.cyclone import CycloneTransport
     from openclaw_vision.ros.diagnostics import status_values
-    from openclaw_vision.ros.encoder_node import STATUS_NAME
+    from openclaw_vision.ros.node_counters import STATUS_NAME
     from openclaw_vision.ros.process import NodeProcess
     from openclaw_vision.ros.types import DIAGNOSTIC_ARRAY, IMAGE, VISUAL_FEATURES, QoS
 

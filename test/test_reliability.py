@@ -40,7 +40,8 @@ from openclaw_vision import children
 from openclaw_vision.bench.overload import memory_mb, reset_peak, slow_model
 from openclaw_vision.ros.convert import stamp_to_ns
 from openclaw_vision.ros.diagnostics import status_values
-from openclaw_vision.ros.encoder_node import COUNTS, STATUS_NAME
+from openclaw_vision.ros.intake import COUNTS
+from openclaw_vision.ros.node_counters import STATUS_NAME
 from openclaw_vision.ros.process import NodeProcess
 from openclaw_vision.ros.types import COMPRESSED_IMAGE, DIAGNOSTIC_ARRAY, IMAGE, VISUAL_FEATURES, QoS
 

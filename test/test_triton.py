@@ -215,7 +215,7 @@ def test_a_server_killed_mid_stream_fails_frames_visibly_and_the_node_recovers(t
                                                                                caplog):  # fmt: skip
     from openclaw_vision.ros.cyclone import CycloneTransport
     from openclaw_vision.ros.diagnostics import status_values
-    from openclaw_vision.ros.encoder_node import STATUS_NAME
+    from openclaw_vision.ros.node_counters import STATUS_NAME
     from openclaw_vision.ros.types import DEFAULT, DIAGNOSTIC_ARRAY
 
     port = free_port()

@@ -48,7 +48,7 @@ def topics(n: int, compressed: bool) -> list[tuple[str, str]]:
     """(image topic, features topic) of camera k: /cam<k>/image_raw[/compressed] → /cam<k>/visual_features
     (the multi-camera node's rule, given to the single-camera nodes as their --features-topic)."""
     from ..config import EncoderConfig
-    from ..ros.encoder_node import camera_features_topic
+    from ..ros.intake import camera_features_topic
 
     images = [f"/cam{k}/image_raw{bags.COMPRESSED_SUFFIX if compressed else ''}" for k in range(n)]
     return [(image, camera_features_topic(image, EncoderConfig.features_pattern)) for image in images]

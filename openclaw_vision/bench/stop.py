@@ -106,7 +106,7 @@ def run_stop(model: str, fp32: Path, quick: bool, out: Path, stops: int | None =
     """Every phase's stop-time percentiles (JSON-ready), printed as they come."""
     from ..ros.cyclone import CycloneTransport
     from ..ros.diagnostics import status_values
-    from ..ros.encoder_node import STATUS_NAME
+    from ..ros.node_counters import STATUS_NAME
     from ..ros.types import DIAGNOSTIC_ARRAY, QoS
     from .cameras import start_player
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..config import EncoderConfig
 from .convert import compressed_to_frame, features_message, image_to_frame
-from .encoder_node import camera_features_topic
+from .intake import camera_features_topic
 from .transport import create_transport
 from .types import COMPRESSED_IMAGE, IMAGE, VISUAL_FEATURES, QoS
 

@@ -75,17 +75,11 @@ from ..resources import default_model_path
 from ..stats import Counters
 from . import dds_config
 from .batch_stages import BatchStages, TakenBatch
-from .intake import COUNTS, STAGES, Camera, Intake, camera_features_topic, camera_specs, image_subscription
-from .node_counters import CAMERA_STATUS, NODE_NAME, STATUS_NAME, UNSEEN, NodeCounters
+from .intake import COUNTS, Camera, Intake, camera_specs
+from .node_counters import NODE_NAME, UNSEEN, NodeCounters
 from .runner import every, node_main
 from .scheduler import BatchScheduler
 from .types import DEFAULT, VISUAL_FEATURES, QoS, Transport
-
-# what callers import from here (replay, echo, the benches, tests): the node's names, wherever they live
-__all__ = [
-    "CAMERA_STATUS", "COUNTS", "NODE_NAME", "STAGES", "STATUS_NAME", "UNSEEN", "EncoderNode",
-    "camera_features_topic", "camera_specs", "encoder_options", "image_subscription", "main", "overlaps",
-]  # fmt: skip
 
 log = logging.getLogger(NODE_NAME)
 

@@ -31,7 +31,8 @@ from ..stats import percentiles
 from . import cdr
 from .convert import stamp_to_ns
 from .diagnostics import status_values
-from .encoder_node import COUNTS, STAGES, STATUS_NAME, camera_features_topic
+from .intake import COUNTS, STAGES, camera_features_topic
+from .node_counters import STATUS_NAME
 from .types import DIAGNOSTIC_ARRAY, VISUAL_FEATURES, QoS, Transport
 
 log = logging.getLogger(__name__)
@@ -97,7 +98,7 @@ def _counts(diag: dict[str, str] | None) -> dict[str, int] | None:
 
 def features_topics(image_topic: str) -> tuple[str, ...]:
     """Where an encoder node publishes the features of the images on `image_topic`, by the node's own
-    rules (encoder_node.camera_features_topic): that camera's topic under the default features_pattern
+    rules (intake.camera_features_topic): that camera's topic under the default features_pattern
     (a multi-camera node: /cam0/image_raw → /cam0/visual_features), else the default features_topic
     (a node with one camera). The replay takes the first that has a publisher."""
     own = camera_features_topic(image_topic, cfgmod.EncoderConfig.features_pattern)
