@@ -31,8 +31,8 @@ LLAMACPP_REQ := $(shell grep -A1 '^llamacpp =' setup.cfg | tail -1 | tr -d ' ')
 #   every prompt of more than one token; one token at a time their decode ran 1.2x (Q4_0) and 1.75x (Q8_0)
 #   faster, F16 ran (prefill 1.2x, decode 1.08x). A build whose every prompt kills the process is no
 #   option; revisit when upstream fixes the tile path (the probe, vlm/probe.py, would then pass it).
-#   The flags name AMX's features as openclaw_vision/cpu.py lists them (`--no-amx-cflags`; see LLAMACPP_ISA).
-LLAMACPP_AMX_OFF := $(shell $(PYTHON) -m openclaw_vision.cpu --no-amx-cflags)
+#   The flags name AMX's features as openclaw_vision/core/cpu.py lists them (`--no-amx-cflags`; see LLAMACPP_ISA).
+LLAMACPP_AMX_OFF := $(shell $(PYTHON) -m openclaw_vision.core.cpu --no-amx-cflags)
 LLAMACPP_NO_AMX := $(shell echo | cc $(LLAMACPP_AMX_OFF) -E - >/dev/null 2>&1 && echo $(LLAMACPP_AMX_OFF))
 LLAMACPP_CMAKE_ARGS := -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF \
   -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
@@ -42,10 +42,10 @@ LLAMACPP_CMAKE_ARGS := -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_T
 # features and a hash of what decides the code compiled (every target macro the compiler defines for
 # -march=native with these flags, and the CMake arguments), never in pip's shared wheel cache: a wheel
 # is only installed on the kind of CPU, and with the flags, it was built for; new flags, new wheel.
-# The CPU's features are openclaw_vision/cpu.py's (the one reader of /proc/cpuinfo, as the llama.cpp
+# The CPU's features are openclaw_vision/core/cpu.py's (the one reader of /proc/cpuinfo, as the llama.cpp
 # probe keys its verdicts): standard library only, run from the checkout with the system Python, so
 # it answers before the venv or the package exists.
-LLAMACPP_ISA := $(shell $(PYTHON) -m openclaw_vision.cpu --vector-features)
+LLAMACPP_ISA := $(shell $(PYTHON) -m openclaw_vision.core.cpu --vector-features)
 LLAMACPP_KEY := $(shell (echo | cc -march=native $(LLAMACPP_NO_AMX) -dM -E - | grep -E '^\#define __[A-Z0-9_]+__ 1$$' | sort; echo "$(LLAMACPP_REQ) $(LLAMACPP_CMAKE_ARGS)") | sha1sum | cut -c1-10)
 LLAMACPP_WHEELS := $(HOME)/.cache/openclaw-vision/llamacpp-wheels/$(LLAMACPP_ISA)-$(LLAMACPP_KEY)
 LLAMACPP_STAMP := $(VENV)/.llamacpp-$(LLAMACPP_KEY)

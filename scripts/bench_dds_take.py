@@ -29,11 +29,11 @@ from typing import Any
 
 import numpy as np
 
-from openclaw_vision import bags
 from openclaw_vision.ros import cdr, cyclone
 from openclaw_vision.ros.dds_types import idl_type
 from openclaw_vision.ros.subscription import header_factory
 from openclaw_vision.ros.types import IMAGE, QoS
+from openclaw_vision.runtime import bags
 
 WIDTH, HEIGHT = 1920, 1080
 

@@ -33,9 +33,9 @@ import numpy as np
 from openclaw_vision.preprocess import kernel_plan
 from openclaw_vision.preprocess.cpu import CpuPreprocessor
 from openclaw_vision.preprocess.frame import Frame
+from openclaw_vision.preprocess.sample_frames import cpu_reference, every_encoding, pack, with_pitch
 from openclaw_vision.preprocess.spec import PreprocessSpec
-from openclaw_vision.sample_frames import cpu_reference, every_encoding, pack, with_pitch
-from openclaw_vision.stats import percentiles
+from openclaw_vision.runtime.stats import percentiles
 
 SPEC = PreprocessSpec()
 
@@ -133,7 +133,7 @@ class CudaClock:
 def frames_1080(n: int) -> tuple[list[np.ndarray], str]:
     """n camera-like 1080p frames: the photographs' pan if scikit-image's data is there, else a synthetic scene."""
     try:
-        from openclaw_vision.sample_frames import pan_frames
+        from openclaw_vision.preprocess.sample_frames import pan_frames
 
         return [np.ascontiguousarray(f) for f in pan_frames(n)], "photographs (sample_frames.pan_frames)"
     except Exception as err:  # e.g. an image of skimage.data that would have to be downloaded
@@ -346,7 +346,7 @@ def check_batches(dry: bool, model: Path, build_dir: Path, sizes: tuple[int, ...
     """Batches of 1080p frames through FramePipeline on the GPU encoder (kernel into row k, one encode)."""
     from openclaw_vision.encoders.gpu_common import BoundPreprocessor, CudaDevice
     from openclaw_vision.encoders.torch_cuda import TorchCudaEncoder
-    from openclaw_vision.pipeline import FramePipeline
+    from openclaw_vision.runtime.pipeline import FramePipeline
 
     dev = None if dry else CudaDevice()
     enc = TorchCudaEncoder(model, device=HostDevice() if dry else dev, max_batch=max(sizes))
@@ -381,7 +381,7 @@ def check_tensorrt(dry: bool, models: dict[str, Path], workdir: Path, build_dir:
         return {"available": False, "reason": "TensorRT is not importable here (no `tensorrt` module)"}
     if budget_s < 120:
         return {"available": True, "skipped": f"only {budget_s:.0f} s left of the check's budget"}
-    from openclaw_vision.build import ensure_int8
+    from openclaw_vision.build_tools.first_use import ensure_int8
 
     res: dict[str, Any] = {"available": True, "version": str(trtmod.trt.__version__)}
     name = "ViT-B-32" if "ViT-B-32" in models else "tiny"

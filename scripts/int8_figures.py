@@ -42,16 +42,16 @@ from pathlib import Path
 
 import numpy as np
 
-from openclaw_vision.gate import GateSpec
+from openclaw_vision.bench.harness import Variant, first_call_s, run_interleaved
+from openclaw_vision.core.gate import GateSpec
 from openclaw_vision.models import onnx_files
 from openclaw_vision.models.configs import canonical_name
 from openclaw_vision.models.export import export_model
 from openclaw_vision.preprocess.frame import Frame
+from openclaw_vision.preprocess.sample_frames import pan_frames
 from openclaw_vision.quant import crossmodal, data, profiles
 from openclaw_vision.quant.evaluate import Evaluator, worst
 from openclaw_vision.quant.pipeline import QuantOptions, quantize
-from openclaw_vision.sample_frames import pan_frames
-from openclaw_vision.stats import Variant, first_call_s, run_interleaved
 
 log = logging.getLogger("int8_figures")
 #: bounds that let the plain model be written whatever it measures (it is judged by GateSpec() here)

@@ -20,14 +20,14 @@ import argparse
 import cv2
 import numpy as np
 
-from openclaw_vision.build import ensure_int8
+from openclaw_vision.bench.harness import Variant, run_interleaved, summarise
+from openclaw_vision.build_tools.first_use import ensure_int8
 from openclaw_vision.encoders import create_encoder
 from openclaw_vision.models.configs import DEFAULT_MODEL, canonical_name
-from openclaw_vision.pipeline import FramePipeline
 from openclaw_vision.preprocess.compressed import CompressedFrame
 from openclaw_vision.preprocess.frame import Frame
-from openclaw_vision.sample_frames import compress_rgb, pan_frames
-from openclaw_vision.stats import Variant, run_interleaved, summarise
+from openclaw_vision.preprocess.sample_frames import compress_rgb, pan_frames
+from openclaw_vision.runtime.pipeline import FramePipeline
 
 
 def batches() -> dict[str, list]:

@@ -29,13 +29,15 @@ from pathlib import Path
 
 import numpy as np
 
-from openclaw_vision.build import ensure_fp32, ensure_projected, output_width, sample_calibration_frames
+from openclaw_vision.bench.harness import Variant, run_interleaved
+from openclaw_vision.build_tools.first_use import ensure_fp32, ensure_projected, sample_calibration_frames
 from openclaw_vision.encoders import create_encoder
 from openclaw_vision.encoders.options import EncoderOptions
 from openclaw_vision.models import onnx_files
+from openclaw_vision.models.naming import output_width
 from openclaw_vision.quant import projection
 from openclaw_vision.quant.projection import preprocess, stored_result
-from openclaw_vision.stats import Variant, percentiles, run_interleaved
+from openclaw_vision.runtime.stats import percentiles
 from openclaw_vision.text.build import ensure_text_fp32
 
 LOCK = Path("/tmp/openclaw-cpu.lock")
@@ -104,8 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.embeddings_cache:
         cache_embeddings(args.embeddings_cache)
     if args.force:
-        from openclaw_vision.build import projected_name
-        from openclaw_vision.resources import default_model_path
+        from openclaw_vision.core.resources import default_model_path
+        from openclaw_vision.models.naming import projected_name
         from openclaw_vision.text.build import default_text_model_path
 
         stem = projected_name(args.model, args.output_dim)

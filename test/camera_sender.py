@@ -7,7 +7,7 @@ the node's input buffer is full, and the test would be measuring itself.
 
     python camera_sender.py fuzz N SEED OUT.json     # image_fuzz.generate(N, SEED), as fast as accepted
     python camera_sender.py compressed N SEED OUT.json  # compressed_fuzz.generate(N, SEED) on <topic>/compressed
-    python camera_sender.py paced SECONDS FPS OUT.json  # small valid frames at FPS (pacing.py: no catch-up bursts)
+    python camera_sender.py paced SECONDS FPS OUT.json  # small valid frames at FPS (core/pacing.py: no catch-up bursts)
     python camera_sender.py flood N OUT.json           # N small valid frames, as fast as accepted
 
 Prints 'ready' once the node's subscription is matched, then writes OUT.json: the stamp of each
@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 from image_fuzz import ImageCase, generate
 
-from openclaw_vision.pacing import Pacer
+from openclaw_vision.core.pacing import Pacer
 from openclaw_vision.ros.cyclone import CycloneTransport
 from openclaw_vision.ros.types import COMPRESSED_IMAGE, IMAGE, QoS
 
@@ -39,7 +39,7 @@ def small_frames(n: int = 16) -> list[ImageCase]:
 
 
 def paced_cases(seconds: float, fps: float):
-    """Valid 64x48 frames at `fps` for `seconds`, like a camera (openclaw_vision/pacing.py: absolute deadlines,
+    """Valid 64x48 frames at `fps` for `seconds`, like a camera (openclaw_vision/core/pacing.py: absolute deadlines,
     a late frame sent at once, the deadlines missed in a stall skipped, never a catch-up burst)."""
     frames = small_frames()
     return (frames[i % len(frames)] for i in Pacer(fps, seconds=seconds))

@@ -90,7 +90,7 @@ def home_with_text_tower(data_home, tiny_text_model) -> Path:
 @pytest.fixture(scope="session")
 def sample_bag(tmp_path_factory) -> Path:
     """12 panning 1080p rgb8 frames at 30 fps (mcap)."""
-    from openclaw_vision.bags import write_sample_bag
+    from openclaw_vision.runtime.bags import write_sample_bag
 
     path = tmp_path_factory.mktemp("bags") / "frames"
     write_sample_bag(path, frames=12, fps=30)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from openclaw_vision.config import EncoderConfig
 from openclaw_vision.encoders import backends
 from openclaw_vision.ros.launch_args import argument_description
+from openclaw_vision.runtime.config import EncoderConfig
 
 
 def test_every_list_of_backends_is_the_tables():

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import yaml
 
-from openclaw_vision import bags
+from openclaw_vision.runtime import bags
 
 
 @pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
@@ -71,7 +71,7 @@ def test_sample_bag_in_camera_encodings(tmp_path, encoding):
 
 def _bag(path, topics: dict[str, str], frames: int = 2):
     """A bag with `frames` tiny images on each topic (Image, or CompressedImage as a PNG)."""
-    from openclaw_vision.sample_frames import compress_rgb
+    from openclaw_vision.preprocess.sample_frames import compress_rgb
 
     rgb = np.zeros((8, 8, 3), np.uint8)
     with bags.BagWriter(path, "mcap") as bag:

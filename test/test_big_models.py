@@ -22,16 +22,16 @@ import torch
 from onnx import external_data_helper, numpy_helper
 from safetensors.torch import save_file
 
+from openclaw_vision.core.gate import GateSpec
+from openclaw_vision.core.ortsession import session_options
 from openclaw_vision.encoders import EncoderError
 from openclaw_vision.encoders.onnxruntime import OnnxRuntimeEncoder
-from openclaw_vision.gate import GateSpec
 from openclaw_vision.models import export as export_mod
 from openclaw_vision.models import onnx_files
 from openclaw_vision.models.checkpoint import load_into
 from openclaw_vision.models.configs import get_config
 from openclaw_vision.models.export import ExportCheckError, export_model, finish_export, torch_export
 from openclaw_vision.models.vit import VisionTransformer
-from openclaw_vision.ortsession import session_options
 from openclaw_vision.quant import calibrate, sensitivity
 from openclaw_vision.quant.calibrate import Range
 from openclaw_vision.quant.evaluate import Evaluator, worst
@@ -223,9 +223,9 @@ def test_the_probe_measures_each_layers_own_output_error(tiny_model):
 
 
 def test_local_sensitivity_finds_the_layer_reading_an_outlier_channel(tmp_path):
+    from openclaw_vision.core.ortsession import session
     from openclaw_vision.models.checkpoint import build_model
     from openclaw_vision.models.export import export_onnx
-    from openclaw_vision.ortsession import session
 
     model, model_id = build_model("tiny", seed=0)
     with torch.no_grad():
@@ -304,7 +304,7 @@ def _read(path):
 
 
 def test_the_demo_says_how_the_newest_frame_policy_bounds_latency():
-    from openclaw_vision.demo import policy_line
+    from openclaw_vision.tools.demo import policy_line
 
     slow = {
         "received": 90,

@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.cdr_writer import compressed_image_cdr, image_cdr
 
-from openclaw_vision import bags
 from openclaw_vision.ros import cdr
 from openclaw_vision.ros.dds_types import idl_type
+from openclaw_vision.runtime import bags
 
 ENCODINGS = ["rgb8", "bgr8", "mono8", "mono16", "yuv422", "nv12", "bayer_rggb8", "rgba8", "", "x" * 33]
 

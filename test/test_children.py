@@ -1,4 +1,4 @@
-"""children.py: the one way the package runs other programs (groups, signals, timeouts)."""
+"""core/children.py: the one way the package runs other programs (groups, signals, timeouts)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import signal
 import sys
 import time
 
-from openclaw_vision import children
+from openclaw_vision.core import children
 
 
 def _gone(pid: int) -> bool:

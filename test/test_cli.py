@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from openclaw_vision import cli
-from openclaw_vision.commands import Command, field_flag, from_args
+from openclaw_vision.core.commands import Command, field_flag, from_args
 
 
 @pytest.mark.parametrize("name", list(cli.COMMANDS))
@@ -35,7 +35,7 @@ def test_the_top_level_help_lists_every_command_and_group(capsys):
 
 
 def test_quantize_flags_left_out_are_the_librarys_defaults():
-    from openclaw_vision.gate import GateSpec
+    from openclaw_vision.core.gate import GateSpec
     from openclaw_vision.quant.pipeline import QuantOptions
 
     args = cli.build_parser().parse_args(["quantize", "--calib", "frames"])
@@ -94,7 +94,8 @@ def test_every_table_entry_is_a_command_or_a_node_main():
 
 
 def test_a_half_written_demo_bag_is_rebuilt_with_the_reason_and_a_bug_is_not_hidden(tmp_path, capsys, monkeypatch):
-    from openclaw_vision import bags, demo
+    from openclaw_vision.runtime import bags
+    from openclaw_vision.tools import demo
 
     bag = tmp_path / "frames"
     bags.write_sample_bag(bag, frames=3, fps=10, width=64, height=48)
@@ -119,7 +120,7 @@ def test_a_nodes_flags_are_its_keys_typed_as_their_defaults_and_unset_when_left_
     """config.add_arguments makes a node's flags with field_flag (the one dataclass-to-flag generator): one flag
     per key, its value typed as the key's default (a list for a string array), None when left out so that the
     parameters file decides, and its help the key's Param with the default."""
-    from openclaw_vision import config
+    from openclaw_vision.runtime import config
 
     cls = getattr(config, node)
     p = argparse.ArgumentParser()

@@ -105,7 +105,7 @@ def test_malformed_format_strings_are_refused_not_guessed_at(fmt):
 @pytest.mark.parametrize("encoding", ["rgb8", "bgr8"])
 @pytest.mark.parametrize("codec", ["jpeg", "png"])
 def test_colour_jpeg_and_png_decode_as_pillow_does(photo, encoding, codec):
-    from openclaw_vision.sample_frames import compress_rgb
+    from openclaw_vision.preprocess.sample_frames import compress_rgb
 
     fmt, data = compress_rgb(photo, encoding, codec)
     assert fmt == f"{encoding}; {codec} compressed bgr8"  # what compressed_image_transport writes
@@ -151,7 +151,7 @@ def test_sixteen_bit_png_becomes_mono16_then_round_v_over_257(photo):
 
 def test_a_decoded_frame_preprocesses_like_the_raw_one(photo):
     from openclaw_vision.preprocess.frame import Frame
-    from openclaw_vision.sample_frames import compress_rgb
+    from openclaw_vision.preprocess.sample_frames import compress_rgb
 
     fmt, data = compress_rgb(photo, "rgb8", "png")
     pre = CpuPreprocessor()
@@ -203,8 +203,8 @@ def test_the_decoder_seam_takes_another_decoder(photo, monkeypatch):
 
 
 def test_image_transport_parameter_picks_the_compressed_sub_topic():
-    from openclaw_vision.config import ConfigError, EncoderConfig
     from openclaw_vision.ros.intake import image_subscription
+    from openclaw_vision.runtime.config import ConfigError, EncoderConfig
 
     assert image_subscription(EncoderConfig()) == ("/camera/image_raw", "sensor_msgs/msg/Image")
     cfg = EncoderConfig(image_topic="/front/image_raw/", image_transport="compressed").validate()

@@ -53,10 +53,10 @@ def _encoded(rgb: np.ndarray, fmt: str) -> bytes:
 
 @pytest.fixture(scope="module")
 def camera_bag(tmp_path_factory):
-    """(bag file, {topic: [(stamp ns, rgb)]}) — written by mcap_ros2, not by openclaw_vision.bags."""
+    """(bag file, {topic: [(stamp ns, rgb)]}) — written by mcap_ros2, not by openclaw_vision.runtime.bags."""
     from mcap_ros2.writer import Writer
 
-    from openclaw_vision.sample_frames import pan_frames
+    from openclaw_vision.preprocess.sample_frames import pan_frames
 
     path = tmp_path_factory.mktemp("robot") / "cameras.mcap"
     frames: dict[str, list] = {}
@@ -122,10 +122,10 @@ def test_a_foreign_compressed_bag_replays_with_every_frame_encoded_or_dropped(
         assert s["stages_ms"]["decode"]["p50"] > 0  # the worker decoded what it encoded
 
     # lockstep, the bag's stamps kept: every frame has features, with its stamp, and the embedding of its pixels
-    from openclaw_vision import bags
     from openclaw_vision.encoders.onnxruntime import OnnxRuntimeEncoder
     from openclaw_vision.preprocess.cpu import CpuPreprocessor
     from openclaw_vision.preprocess.frame import Frame
+    from openclaw_vision.runtime import bags
 
     topic = "/cam_720_png/image_raw/compressed"
     out = tmp_path / "features"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from openclaw_vision.config import ConfigError, EncoderConfig, VlmConfig, from_sources
 from openclaw_vision.ros.runner import build_config
+from openclaw_vision.runtime.config import ConfigError, EncoderConfig, VlmConfig, from_sources
 
 
 def test_file_then_flags_override_defaults(tmp_path):
@@ -82,8 +82,8 @@ def test_precision_fp16_is_refused_at_parse_time_naming_the_choices(tmp_path):
 def test_config_and_params_file_read_one_file_the_same_way(tmp_path):
     """`--config F` and `--ros-args --params-file F` read parameters files through one reader: the same file
     gives the node the same values (its sections merged in file order, nested maps as dotted names)."""
-    from openclaw_vision.config import read_params_file
     from openclaw_vision.ros.ros_args import ros_parameters
+    from openclaw_vision.runtime.config import read_params_file
 
     f = tmp_path / "p.yaml"
     f.write_text("/**:\n  ros__parameters:\n    depth: 1\n    model: tiny\nencoder_node:\n  ros__parameters:\n"

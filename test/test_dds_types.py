@@ -7,9 +7,9 @@ import time
 import numpy as np
 import pytest
 
-from openclaw_vision import bags
 from openclaw_vision.ros.cyclone import dds_topic_name
 from openclaw_vision.ros.dds_types import dds_type_name, idl_type
+from openclaw_vision.runtime import bags
 
 
 def test_ros2_dds_names():

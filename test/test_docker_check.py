@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from openclaw_vision.config import EncoderConfig, read_params_file
 from openclaw_vision.ros import node_counters, types
+from openclaw_vision.runtime.config import EncoderConfig, read_params_file
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKER = ROOT / "docker"

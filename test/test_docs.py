@@ -1,7 +1,7 @@
 """The docs say what the code says: generated tables equal the code's, and every relative link resolves.
 
 The parameter tables, the CLI commands and flags, the launch arguments, the backends, the wire types and
-the layers in README.md and docs/ are written by `openclaw-vision docs` (openclaw_vision/docs_tables.py)
+the layers in README.md and docs/ are written by `openclaw-vision docs` (openclaw_vision/cli/docs_tables.py)
 from the code. A change to a default, a flag, a choice or a description without rerunning it fails here,
 naming the block and the command that rewrites it.
 """
@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from openclaw_vision import config, docs_tables
+from openclaw_vision.cli import docs_tables
+from openclaw_vision.runtime import config
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = "run `.venv/bin/openclaw-vision docs` to regenerate them"
@@ -41,7 +42,7 @@ def copy(tmp_path: Path) -> Path:
 def test_a_changed_default_a_lost_flag_or_a_lost_block_is_caught_and_rewritten(copy: Path, monkeypatch):
     params = copy / "docs" / "parameters.md"
     depth = f"| `depth` | int | `{config.EncoderConfig().depth}` |"
-    assert depth in params.read_text()  # the encoder's depth default, as config.py has it
+    assert depth in params.read_text()  # the encoder's depth default, as runtime/config.py has it
     params.write_text(params.read_text().replace(depth, "| `depth` | int | `5` |"))
     flags = copy / "docs" / "cli.md"
     flags.write_text(flags.read_text().replace("| `--checkpoint` |", "| `--weights` |", 1))

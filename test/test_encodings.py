@@ -243,7 +243,7 @@ def test_mono16_uniform_frame_preprocesses_to_its_8_bit_grey():
 
 @pytest.mark.parametrize("encoding", sorted(ENCODINGS))
 def test_every_encoding_of_a_uniform_frame_preprocesses_to_that_colour(encoding):
-    from openclaw_vision.sample_frames import convert_rgb
+    from openclaw_vision.preprocess.sample_frames import convert_rgb
 
     img = np.empty((480, 640, 3), np.uint8)
     img[:] = RGB

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from openclaw_vision.envcheck import NUMPY_PIN, problems
+from openclaw_vision.core.envcheck import NUMPY_PIN, problems
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,5 +1,5 @@
 """The INT8 gate as every backend obeys it: policies, verdicts per ISA class, and the re-gate from the
-held-out set kept in the report folder (gate.py, cpu.py, encoders/gating.py).
+held-out set kept in the report folder (core/gate.py, core/cpu.py, encoders/gating.py).
 
 What a user would notice: an INT8 model runs on a runtime only where it passed its accuracy gate on
 this runtime and this kind of CPU; an unknown policy stops the node at start; a model quantised on
@@ -18,10 +18,10 @@ import numpy as np
 import onnx
 import pytest
 
-from openclaw_vision import children, cpu, gate
+from openclaw_vision.core import children, cpu, gate
+from openclaw_vision.core.gate import GateRefused, GateSpec, Verdict
 from openclaw_vision.encoders import BackendUnsuitable, backends, create_encoder
 from openclaw_vision.encoders.options import EncoderOptions
-from openclaw_vision.gate import GateRefused, GateSpec, Verdict
 
 # --- the policy, as data -------------------------------------------------------------------------
 
@@ -59,7 +59,7 @@ def test_an_unknown_policy_is_a_clear_error_when_the_options_are_made():
 
 
 def test_an_unknown_policy_in_the_node_config_stops_it_at_start():
-    from openclaw_vision.config import ConfigError, EncoderConfig
+    from openclaw_vision.runtime.config import ConfigError, EncoderConfig
 
     with pytest.raises(ConfigError, match=r"parameter gate='strict': choose one of auto, require, warn"):
         EncoderConfig(gate="strict").validate()
@@ -106,9 +106,9 @@ def test_onednns_cap_lowers_the_class_of_the_runtimes_that_honour_it(monkeypatch
 def gated(tiny_model, tiny_text_model, tmp_path_factory) -> dict:
     """The tiny tower quantised here, its report folder beside it (as the first-use build puts it)."""
     from openclaw_vision.preprocess.frame import Frame
+    from openclaw_vision.preprocess.sample_frames import pan_frames
     from openclaw_vision.quant.pipeline import QuantOptions, quantize
     from openclaw_vision.quant.report import write
-    from openclaw_vision.sample_frames import pan_frames
 
     folder = tmp_path_factory.mktemp("gated")
     out = folder / "tiny.int8.onnx"
@@ -256,7 +256,7 @@ import json, logging, sys
 import numpy as np
 logging.basicConfig(level=logging.INFO, stream=sys.stderr)
 from openclaw_vision.encoders import create_encoder, BackendUnsuitable
-from openclaw_vision.sample_frames import pan_frames
+from openclaw_vision.preprocess.sample_frames import pan_frames
 from openclaw_vision.preprocess.cpu import CpuPreprocessor
 from openclaw_vision.preprocess.frame import Frame
 try:

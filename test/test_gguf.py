@@ -100,7 +100,7 @@ def _logits(dec, parts, seq: str = "s") -> np.ndarray:
 
 def _kl(p_logits: np.ndarray, q_logits: np.ndarray) -> float:
     """KL(p || q) of the softmax distributions, nats (the package's one definition)."""
-    from openclaw_vision.numerics import kl_from_logits
+    from openclaw_vision.core.numerics import kl_from_logits
 
     return float(kl_from_logits(p_logits, q_logits))
 
@@ -203,7 +203,7 @@ LLAMACPP_ISAS = {"AVX2": ("avx2", "AVX2"), "AVX512_VNNI": ("avx512_vnni", "AVX51
 def test_llamacpp_is_compiled_for_this_cpus_isa_without_amx(isa):
     """The installed build runs this CPU's highest vector class (AVX2 or AVX-512 VNNI) and never AMX on any
     CPU (`make llamacpp`'s -mno-amx-*: ggml's AMX path dies with SIGILL on AMX Xeons)."""
-    from openclaw_vision import cpu
+    from openclaw_vision.core import cpu
 
     system_info = llamacpp._lib().llama_print_system_info().decode()
     if isa == "AMX":

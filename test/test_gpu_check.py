@@ -38,7 +38,7 @@ def test_gpu_check_dry_run_compares_the_kernel_and_encoder_and_times_the_stages(
     v = json.loads((tmp_path / "gpu_check.json").read_text())["vision"]
     k = v["kernel_vs_cpu_path"]
     assert k["passed"] and k["max_levels"] <= 3 and k["min_cosine"] >= 0.9999
-    from openclaw_vision.sample_frames import every_encoding
+    from openclaw_vision.preprocess.sample_frames import every_encoding
 
     assert set(k["per_encoding"]) == set(every_encoding())
     assert v["gpu_encoder_vs_ort_fp32"]["backend"] == "torch" and v["gpu_encoder_vs_ort_fp32"]["min_cosine"] >= 0.9999

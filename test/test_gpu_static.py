@@ -37,8 +37,8 @@ from openclaw_vision.preprocess.cuda import shim as shimmod
 from openclaw_vision.preprocess.encodings import FrameError
 from openclaw_vision.preprocess.frame import Frame
 from openclaw_vision.preprocess.kernel_plan import encoding_code, plan_job
+from openclaw_vision.preprocess.sample_frames import cpu_reference, every_encoding, pack, pan_frames, with_pitch
 from openclaw_vision.preprocess.spec import PreprocessSpec
-from openclaw_vision.sample_frames import cpu_reference, every_encoding, pack, pan_frames, with_pitch
 
 pytestmark = pytest.mark.gpu_static
 
@@ -639,8 +639,8 @@ def test_torch_graph_runs_our_onnx_as_onnx_runtime_does(tiny_model, int8_model):
     import onnxruntime as ort
     import torch
 
+    from openclaw_vision.core.ortsession import session_options
     from openclaw_vision.encoders.torch_onnx import OnnxTorchGraph
-    from openclaw_vision.ortsession import session_options
 
     x = np.stack([CpuPreprocessor()(Frame.from_rgb(f)) for f in pan_frames(3, 640, 480)])
     for path, dtype, min_cos in [
@@ -682,12 +682,12 @@ def test_the_encoder_node_lets_a_gpu_encoder_preprocess_into_its_own_buffer(tiny
     (here the CPU preprocessor stands in for the CUDA kernel behind BoundPreprocessor)."""
     from unittest import mock
 
-    from openclaw_vision.config import EncoderConfig
     from openclaw_vision.encoders.base import ImageEncoder
     from openclaw_vision.encoders.gpu_common import BoundPreprocessor
     from openclaw_vision.encoders.onnxruntime import OnnxRuntimeEncoder
     from openclaw_vision.encoders.torch_cuda import TorchCudaEncoder
     from openclaw_vision.ros.encoder_node import EncoderNode
+    from openclaw_vision.runtime.config import EncoderConfig
 
     dev = HostDevice()
     enc = TorchCudaEncoder(tiny_model, device=dev, max_batch=2)

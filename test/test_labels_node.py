@@ -105,9 +105,9 @@ def test_labels_node_scores_features_with_their_header_and_takes_new_labels_at_r
 
 def test_label_parameters_change_the_set_and_the_others_are_read_at_start(dds_domain, tiny_text_model):
     """`reconfigure`: what rclpy's on-set-parameters callback calls (here directly: no ROS 2 here)."""
-    from openclaw_vision.config import ConfigError, LabelsConfig
     from openclaw_vision.ros.cyclone import CycloneTransport
     from openclaw_vision.ros.labels_node import LabelsNode
+    from openclaw_vision.runtime.config import ConfigError, LabelsConfig
 
     t = CycloneTransport("test_params")
     try:
@@ -148,7 +148,7 @@ def test_labels_node_refuses_a_bad_configuration_and_a_missing_text_model(dds_do
 
 def test_bench_labels_accounts_for_every_frame(dds_domain, tmp_path, tiny_text_model):
     """The latency benchmark's bookkeeping (not its numbers: tests do not time anything)."""
-    from openclaw_vision.ros.labels_bench import format_result, label_set, run
+    from openclaw_vision.bench.labels import format_result, label_set, run
 
     assert len(set(label_set(300))) == 300
     r = run(tiny_text_model, (2, 12), frames=6, fps=30.0, work=tmp_path)

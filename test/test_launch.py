@@ -10,7 +10,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from openclaw_vision.config import EncoderConfig, LabelsConfig, VlmConfig
 from openclaw_vision.ros.launch_args import (
     ENCODER_ARGUMENTS,
     LABELS_ARGUMENTS,
@@ -20,6 +19,7 @@ from openclaw_vision.ros.launch_args import (
     VLM_SHARED,
     node_overrides,
 )
+from openclaw_vision.runtime.config import EncoderConfig, LabelsConfig, VlmConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,7 +44,7 @@ def test_every_overriding_argument_is_a_parameter_of_the_node_it_goes_to():
 def test_each_argument_says_what_its_parameter_says_choices_and_all():
     """`--show-args` reads config.Param: the one text, so the two cannot drift (llm names .gguf files, precision
     lists resources.PRECISIONS)."""
-    from openclaw_vision.resources import PRECISIONS
+    from openclaw_vision.core.resources import PRECISIONS
     from openclaw_vision.ros.launch_args import MEMORY_ARGUMENTS, NODE_ARGUMENTS, argument_description
 
     for name in (*ENCODER_ARGUMENTS, *VLM_ARGUMENTS, *LABELS_ARGUMENTS, *MEMORY_ARGUMENTS):
@@ -69,7 +69,7 @@ def test_the_launch_file_helpers_import_without_ros_or_numpy():
     code = (
         "import sys, openclaw_vision.ros.launch_args; "
         "heavy = {'numpy', 'cv2', 'onnxruntime', 'rclpy'} & set(sys.modules); assert not heavy, heavy; "
-        "assert 'openclaw_vision.config' in sys.modules  # the descriptions' source, light too"
+        "assert 'openclaw_vision.runtime.config' in sys.modules  # the descriptions' source, light too"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -84,8 +84,8 @@ def test_image_topics_argument_gives_the_encoder_a_camera_list():
 
 
 def test_memory_arguments_go_to_the_memory_node_only_when_set():
-    from openclaw_vision.config import MemoryConfig
     from openclaw_vision.ros.launch_args import MEMORY_ARGUMENTS, MEMORY_SHARED, memory_overrides
+    from openclaw_vision.runtime.config import MemoryConfig
 
     assert set(MEMORY_ARGUMENTS) | set(MEMORY_SHARED) <= set(MemoryConfig.params())
     assert memory_overrides({"store": UNSET, "features_topic": UNSET}) == {}

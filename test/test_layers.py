@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from openclaw_vision import children
+from openclaw_vision.core import children
 
 grimp = pytest.importorskip("grimp", reason="import-linter (the dev extra) reads the graph")
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,7 +28,7 @@ def _lint_imports() -> str:
 def test_no_import_breaks_the_declared_layer_order():
     res = children.run([_lint_imports(), "--no-cache"], timeout=300, cwd=ROOT)
     assert res.ok, res.tail(80)
-    assert "Contracts: 3 kept, 0 broken." in res.stdout, res.tail(40)
+    assert "Contracts: 5 kept, 0 broken." in res.stdout, res.tail(40)
 
 
 def _cycles(graph) -> list[list[str]]:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from openclaw_vision import children
+from openclaw_vision.core import children
 from openclaw_vision.vlm import llamacpp, probe
 
 pytestmark = pytest.mark.vlm

@@ -214,9 +214,9 @@ def test_index_a_bag_of_images_then_search_it_with_a_contact_sheet(tiny_model, t
                                                                    tmp_path, capsys):  # fmt: skip
     import cv2
 
-    from openclaw_vision.bags import iter_frames
     from openclaw_vision.encoders.onnxruntime import OnnxRuntimeEncoder
-    from openclaw_vision.pipeline import FramePipeline
+    from openclaw_vision.runtime.bags import iter_frames
+    from openclaw_vision.runtime.pipeline import FramePipeline
     from openclaw_vision.text.encoder import TextEncoder
 
     store = tmp_path / "store"
@@ -248,7 +248,7 @@ def test_index_a_bag_of_images_then_search_it_with_a_contact_sheet(tiny_model, t
 
 
 def _features_bag(path, rows: Rows, topic: str = "/visual_features") -> None:
-    from openclaw_vision.bags import FEATURES_TYPE, BagWriter, typestore
+    from openclaw_vision.runtime.bags import FEATURES_TYPE, BagWriter, typestore
 
     store = typestore()
     msg_type, header = store.types[FEATURES_TYPE], store.types["std_msgs/msg/Header"]
@@ -533,7 +533,7 @@ def test_memory_node_on_a_multi_camera_nodes_per_camera_topics(dds_domain, tmp_p
 
 
 def test_memory_node_refuses_to_start_on_a_corrupt_store(tmp_path):
-    from openclaw_vision import children
+    from openclaw_vision.core import children
 
     folder = tmp_path / "store"
     folder.mkdir()
@@ -624,9 +624,10 @@ def test_memory_node_answers_vector_and_text_queries_and_refuses_bad_ones(dds_do
 def test_memory_node_refuses_a_text_tower_of_another_model_and_text_queries_without_one(
     dds_domain, tiny_text_model, tmp_path
 ):
-    from openclaw_vision import children, config
+    from openclaw_vision.core import children
     from openclaw_vision.ros.cyclone import CycloneTransport
     from openclaw_vision.ros.memory_node import MemoryNode
+    from openclaw_vision.runtime import config
     from openclaw_vision.text.encoder import TextEncoder
 
     store = tmp_path / "store"

@@ -198,11 +198,11 @@ def test_a_batch_sent_again_after_a_crash_mid_forward_is_on_the_server_once(chro
 def test_a_full_spool_refuses_rows_counts_and_logs_them(tmp_path, caplog):
     """Past spool_max_mb the node takes what fits (in order), refuses the rest with the reason, counted and
     logged; the rows it took are queryable from its cache while the server is down."""
-    from openclaw_vision import config
-    from openclaw_vision.children import free_port
+    from openclaw_vision.core.children import free_port
     from openclaw_vision.memory.spool import Spool
     from openclaw_vision.ros.cyclone import CycloneTransport
     from openclaw_vision.ros.memory_node import MemoryNode
+    from openclaw_vision.runtime import config
 
     url = f"http://127.0.0.1:{free_port()}"  # nobody answers there
     cfg = config.MemoryConfig(store=url, spool=str(tmp_path / "spool"), spool_max_mb=1.0, robot="A")
@@ -240,10 +240,10 @@ def test_a_batch_the_server_refuses_is_set_aside_and_the_rows_behind_it_go_on(ch
     disk, readable with sqlite3, after the spool is closed and opened again."""
     import sqlite3
 
-    from openclaw_vision import config
     from openclaw_vision.memory.spool import SPOOL_FILE, Spool
     from openclaw_vision.ros.cyclone import CycloneTransport
     from openclaw_vision.ros.memory_node import MemoryNode
+    from openclaw_vision.runtime import config
 
     rows = planted(24, seed=30, source="live", robot="A")
     bad = rows.vectors.copy()
@@ -319,7 +319,7 @@ def test_store_and_forward_through_a_server_outage_and_a_sigkill(dds_domain, tmp
 
     from dds_helpers import wait_until
 
-    from openclaw_vision.children import free_port
+    from openclaw_vision.core.children import free_port
     from openclaw_vision.memory.server import start_server
     from openclaw_vision.ros.cyclone import CycloneTransport
     from openclaw_vision.ros.types import HEADER, QUERY_MEMORY, TIME, VISUAL_FEATURES

@@ -25,15 +25,15 @@ import numpy as np
 import pytest
 from dds_helpers import Inbox, wait_until
 
-from openclaw_vision.config import ConfigError, EncoderConfig, from_sources
+from openclaw_vision.core.gate import GateSpec
 from openclaw_vision.encoders.onnxruntime import OnnxRuntimeEncoder
-from openclaw_vision.gate import GateSpec
-from openclaw_vision.pipeline import FramePipeline
 from openclaw_vision.preprocess.compressed import CompressedFrame
 from openclaw_vision.preprocess.encodings import FrameError
 from openclaw_vision.preprocess.frame import Frame
+from openclaw_vision.preprocess.sample_frames import compress_rgb, convert_rgb, pan_frames
 from openclaw_vision.ros.intake import camera_specs
-from openclaw_vision.sample_frames import compress_rgb, convert_rgb, pan_frames
+from openclaw_vision.runtime.config import ConfigError, EncoderConfig, from_sources
+from openclaw_vision.runtime.pipeline import FramePipeline
 
 ROOT = Path(__file__).resolve().parents[1]
 FRONT, LEFT, REAR, SILENT = "/front/image_raw", "/left/image_raw", "/rear/image_raw/compressed", "/silent/image_raw"
@@ -243,10 +243,10 @@ def test_replay_finds_a_cameras_features_topic_by_the_nodes_rule():
 def test_replay_of_one_cameras_bag_into_a_multi_camera_node(tiny_model, dds_domain, tmp_path):
     """`replay BAG` of a /cam0 bag (no --features-topic) against a node with --image-topics /cam0 /cam1: the
     replay finds /cam0/visual_features (the node's features_pattern) by itself and accounts for every frame."""
-    from openclaw_vision.bags import write_sample_bag
     from openclaw_vision.ros.cyclone import CycloneTransport
     from openclaw_vision.ros.process import NodeProcess
     from openclaw_vision.ros.replay import ReplayOptions, replay
+    from openclaw_vision.runtime.bags import write_sample_bag
 
     bag = tmp_path / "cam0"
     write_sample_bag(bag, frames=4, fps=30, width=320, height=240, topic="/cam0/image_raw")

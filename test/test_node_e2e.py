@@ -9,13 +9,13 @@ import sys
 import numpy as np
 import pytest
 
-from openclaw_vision import bags
 from openclaw_vision.encoders import create_encoder
 from openclaw_vision.encoders.onnxruntime import OnnxRuntimeEncoder
 from openclaw_vision.preprocess.cpu import CpuPreprocessor
 from openclaw_vision.preprocess.frame import Frame
 from openclaw_vision.ros.process import NodeProcess
 from openclaw_vision.ros.replay import ReplayError, ReplayOptions, replay
+from openclaw_vision.runtime import bags
 
 pytestmark = pytest.mark.dds
 

@@ -13,7 +13,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from openclaw_vision import cpu, gate
+from openclaw_vision.core import cpu, gate
 from openclaw_vision.encoders import BackendUnsuitable, EncoderError, backends, create_encoder
 from openclaw_vision.encoders.onnxruntime import OnnxRuntimeEncoder
 
@@ -28,8 +28,8 @@ def tiny_int8(tiny_model, tiny_text_model, tmp_path_factory):
     """The tiny tower quantised by the real pipeline, gated on every installed runtime, text term included
     (its text tower named here: not whatever an earlier test left in the shared data home)."""
     from openclaw_vision.preprocess.frame import Frame
+    from openclaw_vision.preprocess.sample_frames import pan_frames
     from openclaw_vision.quant.pipeline import QuantOptions, quantize
-    from openclaw_vision.sample_frames import pan_frames
 
     out = tmp_path_factory.mktemp("int8") / "tiny.int8.onnx"
     frames = [Frame.from_rgb(f) for f in pan_frames(16)]

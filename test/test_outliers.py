@@ -33,8 +33,8 @@ def frames_x() -> torch.Tensor:
     """Preprocessed sample frames (not the profiles' own probe images)."""
     from openclaw_vision.preprocess.cpu import CpuPreprocessor
     from openclaw_vision.preprocess.frame import Frame
+    from openclaw_vision.preprocess.sample_frames import pan_frames
     from openclaw_vision.preprocess.spec import PreprocessSpec
-    from openclaw_vision.sample_frames import pan_frames
 
     pre = CpuPreprocessor(PreprocessSpec(size=224))
     return torch.from_numpy(np.stack([pre(Frame.from_rgb(f)) for f in pan_frames(6)]))
@@ -104,7 +104,7 @@ def profile_models(tmp_path_factory) -> dict[str, object]:
 @pytest.fixture(scope="module")
 def calib_frames() -> list:
     from openclaw_vision.preprocess.frame import Frame
-    from openclaw_vision.sample_frames import pan_frames
+    from openclaw_vision.preprocess.sample_frames import pan_frames
 
     return [Frame.from_rgb(f) for f in pan_frames(24)]
 
@@ -148,9 +148,9 @@ def test_plain_int8_fails_the_gate_and_the_outlier_aware_default_passes(profile,
 
 
 def test_shift_scenes_are_another_source_and_the_gap_is_reported():
-    from openclaw_vision.gate import Metrics, shift_gap
+    from openclaw_vision.core.gate import Metrics, shift_gap
+    from openclaw_vision.preprocess.sample_frames import pan_frames
     from openclaw_vision.quant import shift
-    from openclaw_vision.sample_frames import pan_frames
 
     a, b = list(shift.scenes(3)), list(shift.scenes(3))
     assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True)) and a[0].shape == (720, 1280, 3)
@@ -167,7 +167,7 @@ def test_migration_keeps_the_fp32_function(profile_models, calib_frames, tmp_pat
     """The migrated and split FP32 graph (before any INT8) computes what the export computes."""
     import onnx
 
-    from openclaw_vision.ortsession import session
+    from openclaw_vision.core.ortsession import session
     from openclaw_vision.quant import calibrate, smooth, split
     from openclaw_vision.quant.graph import quantisable_layers
 
@@ -203,8 +203,8 @@ def test_split_leaves_a_tower_without_outlier_units_alone(tmp_path):
     """A random-init tower's FC2 inputs have no outlier unit: no side path (nothing float added, nothing to pay)."""
     import onnx
 
+    from openclaw_vision.core.ortsession import session
     from openclaw_vision.models.export import export_model
-    from openclaw_vision.ortsession import session
     from openclaw_vision.quant import calibrate, split
     from openclaw_vision.quant.graph import quantisable_layers
 

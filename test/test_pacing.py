@@ -1,4 +1,4 @@
-"""openclaw_vision/pacing.py, the one camera-rate loop (the bench's player, camera_sender.py, rclpy_camera.py),
+"""openclaw_vision/core/pacing.py, the one camera-rate loop (the bench's player, camera_sender.py, rclpy_camera.py),
 on a fake clock: how many frames a camera sends for a rate and a duration or count, when each goes out on
 that clock, and what a stall does (the late frame at once, the missed deadlines skipped, no catch-up burst).
 Nothing here measures wall-clock speed."""
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from openclaw_vision.pacing import Pacer, pace
+from openclaw_vision.core.pacing import Pacer, pace
 
 ROOT = Path(__file__).resolve().parents[1]
 START = 1000.0
@@ -112,14 +112,14 @@ def test_a_rate_that_is_not_one_or_no_end_is_refused(bad):
 
 def test_the_module_imports_the_standard_library_alone():
     """test/support/rclpy_camera.py imports it under Humble's system Python, which has none of the venv."""
-    tree = ast.parse((ROOT / "openclaw_vision" / "pacing.py").read_text())
+    tree = ast.parse((ROOT / "openclaw_vision" / "core" / "pacing.py").read_text())
     names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert names <= {"__future__", "collections", "math", "time"}, names
 
 
 def test_the_three_camera_loops_pace_with_it():
-    """One pacing loop: the bench's player and both test cameras use pacing.py, none keeps a loop of its own."""
+    """One pacing loop: the bench's player and both test cameras use core/pacing.py, none keeps a loop of its own."""
     for path in ("openclaw_vision/bench/cameras.py", "test/camera_sender.py", "test/support/rclpy_camera.py"):
         text = (ROOT / path).read_text()
         assert "pacing import" in text and "due = max(" not in text, path

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from openclaw_vision.config import EncoderConfig, LabelsConfig, MemoryConfig, VlmConfig
+from openclaw_vision.runtime.config import EncoderConfig, LabelsConfig, MemoryConfig, VlmConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -94,7 +94,7 @@ def test_the_nodes_and_their_config_import_with_only_what_a_robot_has():
     code = (
         "import sys, importlib\n"
         f"for m in {NOT_ON_A_ROBOT!r}: sys.modules[m] = None\n"
-        "for mod in ('config', 'preprocess', 'ros.encoder_node', 'ros.labels_node', 'ros.vlm_node',"
+        "for mod in ('runtime.config', 'preprocess', 'ros.encoder_node', 'ros.labels_node', 'ros.vlm_node',"
         " 'ros.memory_node', 'ros.launch_args'):\n"
         "    importlib.import_module('openclaw_vision.' + mod)\n"
     )
@@ -192,7 +192,7 @@ def test_launch_file_declares_each_override_unset_and_starts_the_installed_execu
 
 
 def test_shipped_config_files_hold_the_node_defaults():
-    from openclaw_vision.config import read_params_file
+    from openclaw_vision.runtime.config import read_params_file
 
     assert read_params_file(ROOT / "config" / "encoder.yaml", "encoder_node") == EncoderConfig().as_dict()
     assert read_params_file(ROOT / "config" / "vlm.yaml", "vlm_node") == VlmConfig().as_dict()

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from openclaw_vision.encoders.onnxruntime import OnnxRuntimeEncoder
-from openclaw_vision.pipeline import PREP_THREAD_PREFIX, FramePipeline
 from openclaw_vision.preprocess.compressed import CompressedFrame
 from openclaw_vision.preprocess.cpu import CpuPreprocessor
 from openclaw_vision.preprocess.frame import Frame
-from openclaw_vision.sample_frames import compress_rgb, convert_rgb, pan_frames
+from openclaw_vision.preprocess.sample_frames import compress_rgb, convert_rgb, pan_frames
+from openclaw_vision.runtime.pipeline import PREP_THREAD_PREFIX, FramePipeline
 
 
 def _frames() -> list:

@@ -11,8 +11,8 @@ from openclaw_vision.preprocess.cpu import CpuPreprocessor
 from openclaw_vision.preprocess.encodings import FrameError
 from openclaw_vision.preprocess.frame import Frame
 from openclaw_vision.preprocess.reference import reference_preprocess
+from openclaw_vision.preprocess.sample_frames import convert_rgb, pan_frames
 from openclaw_vision.preprocess.spec import PreprocessSpec, crop_box, resized_size
-from openclaw_vision.sample_frames import convert_rgb, pan_frames
 
 RGB = (200, 90, 30)  # three different values: a swapped channel cannot go unnoticed
 SPEC = PreprocessSpec()

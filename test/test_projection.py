@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from openclaw_vision.core.numerics import l2_normalise
 from openclaw_vision.encoders import backends
 from openclaw_vision.encoders.options import EncoderOptions
 from openclaw_vision.models import onnx_files
 from openclaw_vision.models.projection import ProjectionError, check_output_dim, projection_matrix
-from openclaw_vision.numerics import l2_normalise
 from openclaw_vision.preprocess.frame import Frame
+from openclaw_vision.preprocess.sample_frames import pan_frames
 from openclaw_vision.quant import projection
-from openclaw_vision.sample_frames import pan_frames
 from openclaw_vision.text.encoder import TextEncoder
 
 DIM = 16  # the tiny tower is 32-d
@@ -122,7 +122,7 @@ def home_with_tiny(home_with_text_tower, tiny_model):
     """A data home of this test's own holding the session's tiny image and text exports (no re-export)."""
     import shutil
 
-    from openclaw_vision.resources import default_model_path
+    from openclaw_vision.core.resources import default_model_path
 
     shutil.copy(tiny_model, default_model_path("tiny"))
     return home_with_text_tower
@@ -130,7 +130,7 @@ def home_with_tiny(home_with_text_tower, tiny_model):
 
 def test_export_cli_builds_both_projected_towers_and_refuses_a_width_above_the_towers(home_with_tiny, capsys):
     from openclaw_vision.cli import main
-    from openclaw_vision.resources import default_model_path
+    from openclaw_vision.core.resources import default_model_path
     from openclaw_vision.text.build import default_text_model_path
 
     assert main(["export", "--model", "tiny", "--output-dim", "64"]) == 1
@@ -146,7 +146,8 @@ def test_export_cli_builds_both_projected_towers_and_refuses_a_width_above_the_t
 
 
 def test_output_dim_of_the_towers_width_is_the_full_width_model(home_with_tiny):
-    from openclaw_vision.build import ensure_fp32, projected_name
+    from openclaw_vision.build_tools.first_use import ensure_fp32
+    from openclaw_vision.models.naming import projected_name
 
     assert projected_name("ViT-B-32", 512) == projected_name("ViT-B-32", 0) == "ViT-B-32"
     assert projected_name("ViT-bigG-14", 512) == "ViT-bigG-14-512"
@@ -155,8 +156,8 @@ def test_output_dim_of_the_towers_width_is_the_full_width_model(home_with_tiny):
 
 
 def test_first_use_int8_build_quantises_the_projection_with_the_text_term_of_the_same_projection(home_with_tiny):
-    from openclaw_vision.build import ensure_int8
-    from openclaw_vision.gate import verdicts
+    from openclaw_vision.build_tools.first_use import ensure_int8
+    from openclaw_vision.core.gate import verdicts
 
     path = ensure_int8("tiny", output_dim=16)
     meta = onnx_files.read_metadata(path)
@@ -166,7 +167,7 @@ def test_first_use_int8_build_quantises_the_projection_with_the_text_term_of_the
 
 
 def test_node_configs_take_output_dim_and_refuse_one_above_the_width():
-    from openclaw_vision.config import ConfigError, EncoderConfig, VlmConfig
+    from openclaw_vision.runtime.config import ConfigError, EncoderConfig, VlmConfig
 
     assert VlmConfig(model="ViT-bigG-14", output_dim=512).validate().embed_dim == 512
     assert VlmConfig(model="ViT-B-32", output_dim=512).validate().embed_dim == 512
@@ -177,8 +178,8 @@ def test_node_configs_take_output_dim_and_refuse_one_above_the_width():
 def test_shipped_vit_g_512_config_is_the_briefs_node():
     from pathlib import Path
 
-    from openclaw_vision.build import projected_name
-    from openclaw_vision.config import from_sources
+    from openclaw_vision.models.naming import projected_name
+    from openclaw_vision.runtime.config import from_sources
 
     root = Path(__file__).resolve().parents[1]
     cfg = from_sources(root / "config" / "encoder-vit-g-512.yaml", "encoder_node", {})

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from onnx import numpy_helper
 
-from openclaw_vision.ortsession import session_options
+from openclaw_vision.core.ortsession import session_options
 from openclaw_vision.quant import calibrate
 from openclaw_vision.quant.calibrate import Range
 from openclaw_vision.quant.data import CalibrationDataError, load_frames, split
@@ -347,7 +347,7 @@ def test_migration_makes_the_outlier_layer_int8_again(outlier_model, sample_bag,
 def test_default_output_goes_beside_the_given_fp32_model(tiny_model, sample_bag, tmp_path, data_home):
     import shutil
 
-    from openclaw_vision.resources import default_model_path
+    from openclaw_vision.core.resources import default_model_path
 
     fp32 = shutil.copy(tiny_model, tmp_path / "mine.fp32.onnx")
     res = _quantize("--model-path", str(fp32), "--calib", str(sample_bag), "--report", str(tmp_path / "r"),
@@ -365,11 +365,11 @@ def test_default_output_goes_beside_the_given_fp32_model(tiny_model, sample_bag,
 @pytest.fixture(scope="module")
 def int8_pair(tiny_model):
     """The tiny tower all INT8 (ranges calibrated on the sample pan), its FP32 rows and the frames' pixels."""
-    from openclaw_vision.ortsession import session
+    from openclaw_vision.core.ortsession import session
     from openclaw_vision.preprocess.cpu import CpuPreprocessor
     from openclaw_vision.preprocess.frame import Frame
+    from openclaw_vision.preprocess.sample_frames import pan_frames
     from openclaw_vision.preprocess.spec import PreprocessSpec
-    from openclaw_vision.sample_frames import pan_frames
 
     pre = CpuPreprocessor(PreprocessSpec(size=224))
     x = np.concatenate([pre(Frame.from_rgb(f))[None] for f in pan_frames(16, 640, 360)])
@@ -382,7 +382,7 @@ def int8_pair(tiny_model):
 
 
 def _kernel_path_rows(int8_pair, exact_u8s8: bool) -> np.ndarray:
-    from openclaw_vision.ortsession import session
+    from openclaw_vision.core.ortsession import session
 
     blob, _, x = int8_pair
     out = session(blob, exact_u8s8=exact_u8s8).run(None, {"pixel_values": x})[0]
@@ -415,8 +415,8 @@ def _pair_labels(v: np.ndarray, u: np.ndarray, fp32_margin: float) -> tuple[np.n
 def test_zero_shot_ties_are_judged_by_the_fp32_margin_on_both_kernel_paths(int8_pair, tiny_text_model, exact_u8s8):
     """Each verdict on the real INT8 error of one kernel path: ORT's exact U8U8 kernels (the node's) and its
     default U8S8 ones (which saturate on AVX2-only CPUs; on VNNI both are exact and agree)."""
-    from openclaw_vision.gate import GateSpec
-    from openclaw_vision.numerics import top1_agreement
+    from openclaw_vision.core.gate import GateSpec
+    from openclaw_vision.core.numerics import top1_agreement
     from openclaw_vision.quant import crossmodal
 
     _, ref, _ = int8_pair
@@ -443,7 +443,7 @@ def test_every_error_class_of_the_package_is_an_openclaw_error():
     import pkgutil
 
     import openclaw_vision
-    from openclaw_vision.errors import OpenclawError
+    from openclaw_vision.core.errors import OpenclawError
 
     skip = ("openclaw_vision.preprocess.cuda.",)  # needs a CUDA toolchain to import
     found, missing = [], []

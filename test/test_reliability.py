@@ -36,8 +36,8 @@ from compressed_fuzz import AT_ARRIVAL, BY_DECODING, CompressedCase
 from image_fuzz import ImageCase, generate
 from onnx import TensorProto, helper
 
-from openclaw_vision import children
 from openclaw_vision.bench.overload import memory_mb, reset_peak, slow_model
+from openclaw_vision.core import children
 from openclaw_vision.ros.convert import stamp_to_ns
 from openclaw_vision.ros.diagnostics import status_values
 from openclaw_vision.ros.intake import COUNTS

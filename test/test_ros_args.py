@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from openclaw_vision.config import ConfigError, node_key_matches
 from openclaw_vision.ros.ros_args import node_name, parameter_table, ros_parameters, split_ros_args
+from openclaw_vision.runtime.config import ConfigError, node_key_matches
 
 
 def test_ros_arguments_are_split_from_the_programs_own():

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from dds_helpers import Inbox, wait_until
 
-from openclaw_vision.config import ConfigError, EncoderConfig, VlmConfig
 from openclaw_vision.ros import encoder_node, vlm_node
 from openclaw_vision.ros.runner import build_config
+from openclaw_vision.runtime.config import ConfigError, EncoderConfig, VlmConfig
 
 
 def _params_file(tmp_path, node: str, text: str) -> Path:
@@ -74,10 +74,10 @@ def test_ros_arguments_win_over_flags_and_the_file_and_choose_the_transport(tmp_
 # --- the nodes' reconfigure, on the Cyclone path (no parameter services there: a direct call) -------
 @pytest.mark.dds
 def test_the_encoder_node_changes_run_time_parameters_while_it_runs(dds_domain, tiny_model):
-    from openclaw_vision.bags import serialize_image
     from openclaw_vision.encoders import create_encoder
     from openclaw_vision.ros.cyclone import CycloneTransport
     from openclaw_vision.ros.types import DEFAULT, DIAGNOSTIC_ARRAY, IMAGE, VISUAL_FEATURES
+    from openclaw_vision.runtime.bags import serialize_image
 
     cfg = EncoderConfig(model="tiny", model_path=str(tiny_model), reliability="reliable", depth=1,
                         diagnostics_period=1000.0, transport="cyclonedds")  # fmt: skip

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 import pytest
 from dds_helpers import wait_until
 
-from openclaw_vision import threads
 from openclaw_vision.ros.scheduler import BatchScheduler
-from openclaw_vision.stats import LatestSlots
+from openclaw_vision.runtime import threads
+from openclaw_vision.runtime.stats import LatestSlots
 
 CAMERAS = ("a", "b", "c")
 NOT_HAPPENING_S = 0.3  # how long a test gives a wrong scheduler to take a frame it must leave in its slot

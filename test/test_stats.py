@@ -7,7 +7,7 @@ import threading
 from hypothesis import given
 from hypothesis import strategies as st
 
-from openclaw_vision.stats import Counters, LatestSlots, StampGaps, percentiles
+from openclaw_vision.runtime.stats import Counters, LatestSlots, StampGaps, percentiles
 
 
 @given(st.lists(st.sampled_from(["put", "take"]), max_size=60))

@@ -23,9 +23,9 @@ import numpy as np
 import pytest
 from dds_helpers import wait_until
 
-from openclaw_vision import threads
-from openclaw_vision.config import EncoderConfig, VlmConfig
 from openclaw_vision.encoders.onnxruntime import OnnxRuntimeEncoder
+from openclaw_vision.runtime import threads
+from openclaw_vision.runtime.config import EncoderConfig, VlmConfig
 
 
 @pytest.fixture(autouse=True)
@@ -123,7 +123,7 @@ def test_the_watchdog_sees_work_waiting_unfinished_once_and_never_an_idle_node()
 
 _SIGNALS = """
 import os, signal, sys
-from openclaw_vision.threads import stop_signals
+from openclaw_vision.runtime.threads import stop_signals
 stop = stop_signals()
 print("installed", flush=True)
 sys.stdin.readline()
@@ -154,7 +154,7 @@ def test_the_first_signal_asks_for_a_stop_and_a_second_one_exits_at_once(first, 
 
 _OTHER_THREAD = """
 import signal, sys, threading
-from openclaw_vision.threads import stop_signals
+from openclaw_vision.runtime.threads import stop_signals
 stop = stop_signals()
 idle = threading.Thread(target=threading.Event().wait, daemon=True)  # a thread with every signal unblocked
 idle.start()
@@ -170,7 +170,7 @@ def test_a_signal_delivered_to_another_thread_still_ends_the_wait(tmp_path):
     """The encoder once ignored SIGTERM under load: the signal went to a thread other than the main one, whose
     wait was then never interrupted (the stop bench saw it in 1 of 6 stops). The wait wakes on Python's
     wakeup fd, which the interpreter writes on whichever thread the signal arrives."""
-    from openclaw_vision import children
+    from openclaw_vision.core import children
 
     with children.Child(children.python("-c", _OTHER_THREAD), tmp_path / "child.log") as child:
         assert child.wait_for_line("waiting", 60) == "waiting", child.log_text()
@@ -373,10 +373,10 @@ def test_a_vlm_thread_that_fails_is_shown_restarted_and_answers_the_next_questio
 
 @pytest.mark.dds
 def test_the_memory_writer_that_fails_is_shown_restarted_and_writes_the_rows(dds_domain, tmp_path, caplog):
-    from openclaw_vision.config import MemoryConfig
     from openclaw_vision.memory.store import VisualMemory
     from openclaw_vision.ros.cyclone import CycloneTransport
     from openclaw_vision.ros.memory_node import MemoryNode
+    from openclaw_vision.runtime.config import MemoryConfig
 
     cfg = MemoryConfig(store=str(tmp_path / "store"), batch_rows=1, flush_period=0.05, diagnostics_period=0.05)
     node_t = CycloneTransport("memory_node")
@@ -411,7 +411,7 @@ def test_a_model_that_never_finishes_loading_is_left_on_a_signal(tmp_path):
     node gets SIGTERM and exits 0 at once, without waiting for the load (ros.runner.build_or_stop)."""
     import os
 
-    from openclaw_vision import children
+    from openclaw_vision.core import children
     from openclaw_vision.ros import dds_config
 
     fifo = tmp_path / "model.onnx"

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from openclaw_vision import threads
+from openclaw_vision.runtime import threads
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread names and CPU: Linux /proc")
 

@@ -19,13 +19,13 @@ import onnx
 import pytest
 from dds_helpers import Inbox, wait_until
 
-from openclaw_vision.children import free_port
-from openclaw_vision.config import EncoderConfig
+from openclaw_vision.core.children import free_port
 from openclaw_vision.encoders import EncoderError, EncoderOptions, create_encoder
 from openclaw_vision.encoders.onnxruntime import OnnxRuntimeEncoder
 from openclaw_vision.preprocess.cpu import CpuPreprocessor
 from openclaw_vision.preprocess.frame import Frame
-from openclaw_vision.sample_frames import pan_frames
+from openclaw_vision.preprocess.sample_frames import pan_frames
+from openclaw_vision.runtime.config import EncoderConfig
 from openclaw_vision.serving.process import ServerProcess
 
 pytest.importorskip("tritonclient.grpc", reason="the triton extra (make setup installs it)")
@@ -134,8 +134,8 @@ class Camera:
         self.frames = [np.ascontiguousarray(f) for f in pan_frames(6, 64, 48)]
 
     def send(self) -> np.ndarray:
-        from openclaw_vision.bags import serialize_image
         from openclaw_vision.ros.types import IMAGE
+        from openclaw_vision.runtime.bags import serialize_image
 
         rgb = self.frames[self.sent % len(self.frames)]
         self.sent += 1

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from openclaw_vision import gate
-from openclaw_vision.gate import GateSpec
+from openclaw_vision.core import gate
+from openclaw_vision.core.gate import GateSpec
 from openclaw_vision.quant import crossmodal
 from openclaw_vision.quant.evaluate import compare, worst
 from openclaw_vision.text.encoder import TextEncoder
@@ -108,7 +108,7 @@ def test_label_reads_a_bag_file_and_names_the_cameras_when_it_cannot_choose(samp
     is a clear error naming them."""
     import shutil
 
-    from openclaw_vision import bags
+    from openclaw_vision.runtime import bags
     from openclaw_vision.tools.label import ToolError, iter_bag_frames
 
     [mcap] = sample_bag.glob("*.mcap")
@@ -226,8 +226,8 @@ def test_quantize_reports_the_text_term_and_the_cmcd(tiny_model, tiny_text_model
 
 
 def test_visual_labels_cdr_matches_rosbags():
-    from openclaw_vision import bags
     from openclaw_vision.ros.dds_types import idl_type
+    from openclaw_vision.runtime import bags
 
     store = bags.typestore()
     T, H = store.types["builtin_interfaces/msg/Time"], store.types["std_msgs/msg/Header"]
@@ -247,7 +247,7 @@ def test_visual_labels_cdr_matches_rosbags():
 
 
 def test_labels_node_is_built_installed_and_launched_like_the_others():
-    from openclaw_vision.config import LabelsConfig, read_params_file
+    from openclaw_vision.runtime.config import LabelsConfig, read_params_file
 
     cmake = (ROOT / "CMakeLists.txt").read_text()
     assert '"msg/VisualLabels.msg"' in cmake and "scripts/labels_node" in cmake

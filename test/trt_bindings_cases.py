@@ -396,7 +396,7 @@ def test_the_gate_wrapper_refuses_an_int8_engine_never_gated_on_tensorrt(fake, q
     import json
     from dataclasses import replace
 
-    from openclaw_vision import gate
+    from openclaw_vision.core import gate
     from openclaw_vision.encoders import BackendUnsuitable, backends
     from openclaw_vision.encoders.options import EncoderOptions
 

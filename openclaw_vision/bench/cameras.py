@@ -2,7 +2,7 @@
 nodes, side by side in one run (N = 1, 2, 4, 8).
 
     player process ──(N camera topics, one paced loop)──DDS──► node(s) ──DDS──► this process
-    (every camera ticks at 30 fps: pacing.py; missed ticks are skipped)  (features per camera)
+    (every camera ticks at 30 fps: core/pacing.py; missed ticks are skipped)  (features per camera)
 
 For each N both setups get the same input from the same player: one node with `--image-topics`
 (one model session, cross-camera batches) against N processes of the one-camera node (what a robot
@@ -29,8 +29,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import bags, children
-from ..pacing import pace
+from ..core import children
+from ..core.pacing import pace
+from ..runtime import bags
 from .goals import CAMERAS_GOAL_N, GOALS, row
 from .node import BenchError
 
@@ -47,8 +48,8 @@ PLAYER_FRAMES = 8  # distinct frames per camera in the player's memory (1080p rg
 def topics(n: int, compressed: bool) -> list[tuple[str, str]]:
     """(image topic, features topic) of camera k: /cam<k>/image_raw[/compressed] → /cam<k>/visual_features
     (the multi-camera node's rule, given to the single-camera nodes as their --features-topic)."""
-    from ..config import EncoderConfig
     from ..ros.intake import camera_features_topic
+    from ..runtime.config import EncoderConfig
 
     images = [f"/cam{k}/image_raw{bags.COMPRESSED_SUFFIX if compressed else ''}" for k in range(n)]
     return [(image, camera_features_topic(image, EncoderConfig.features_pattern)) for image in images]
@@ -320,7 +321,7 @@ def run_setup(setup: str, n: int, args, bag: Path, work: Path, publishers: str =
 
 def _camera_row(image: str, c: dict, got: list[tuple[int, int]], window: _Window, sent: int) -> dict:
     """One camera's line of the trial: the node's counts for it and the features received in the window."""
-    from ..stats import percentiles
+    from ..runtime.stats import percentiles
 
     span = (window.window1 - window.window0) / 1e9
     inside = [(r, s) for r, s in got if s >= window.t_start and window.window0 <= s < window.window1]
@@ -345,7 +346,7 @@ def run_cameras(args, work: Path) -> dict:
     """Every N of `args.cameras`, multi then single, one after the other in this run."""
     if args.quick:  # repeat runs: shorter windows, same table
         args.seconds, args.warmup = min(args.seconds, 4.0), min(args.warmup, 1.5)
-    from ..config import IMAGE_TRANSPORTS
+    from ..runtime.config import IMAGE_TRANSPORTS
 
     args.camera_transport = args.camera_transport or IMAGE_TRANSPORTS[0]
     compressed = args.camera_transport == "compressed"

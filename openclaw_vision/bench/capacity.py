@@ -16,7 +16,7 @@ For 1 and 4 cameras, raw rgb8 1080p and JPEG, with the sender in a process of it
 - **transport ceiling**: the same search into a bare subscriber (ros/echo.py: the node's transport and
   QoS, every frame deserialised and validated as the node does, its header sent back, no encode).
 - **per-thread CPU** of the node (and of the echo and the player) in each trial, from
-  /proc/<pid>/task (threads.py): per frame that came back, by thread role (Cyclone's own threads,
+  /proc/<pid>/task (runtime/threads.py): per frame that came back, by thread role (Cyclone's own threads,
   our transport thread, the worker, the runtime's pool, diagnostics, main), and the worker's stage
   times per frame beside it.
 - **INT8 encode per frame vs the INT8 GEMM peak** at batch 1, 4 and 8, on the node's backend, the
@@ -42,12 +42,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import bags, children, threads
-from ..config import IMAGE_TRANSPORTS
-from ..stats import Variant, percentiles, run_interleaved
+from ..core import children
+from ..runtime import bags, threads
+from ..runtime.config import IMAGE_TRANSPORTS
+from ..runtime.stats import percentiles
 from .cameras import FPS, PLAYER_FRAMES, _Features, compare, start_player, topics, where_time_goes
 from .cameras import node_args as camera_node_args
 from .goals import GOALS, row, within
+from .harness import Variant, run_interleaved
 from .node import MAX_DROP, BenchError, compute_bound
 from .roles import thread_role
 

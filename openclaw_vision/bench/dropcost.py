@@ -28,7 +28,7 @@ zeroing per frame by default, and munmap where the last view of it goes). Each
 beside nothing (`idle`) and beside one busy process per core (`hogs`: the encode and the camera drivers
 a robot runs, where the take thread falls behind and the reader fills). rclpy hands every sample over
 one at a time (its executor: one take per callback), so it has one path, `one`; it is measured where rclpy imports (a
-sourced Humble: test/support/receive_cost.py --drop runs both transports on the shared Humble).
+sourced Humble: scripts/receive_cost.py --drop runs both transports on the shared Humble).
 
     openclaw-vision bench --mode capacity    (a section of its report)
     python -m openclaw_vision.bench.dropcost [--quick] [--out DIR]     (this section alone)
@@ -49,7 +49,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import bags, children, threads
+from ..core import children
+from ..runtime import bags, threads
 
 #: the take paths compared: a take per sample (before issue 38), all the reader holds per take (now)
 PATHS = ("one", "all")
@@ -164,9 +165,9 @@ def _window(a: dict, b: dict) -> dict[str, Any]:
 def receive(transport: str, path: str, topics: Sequence[str], seconds: float, warmup: float, out: Path) -> int:
     """The receiver (its own process): the node with a paused encoder; after the first frame and `warmup`
     seconds, one window of `seconds`; the figures to `out` (JSON)."""
-    from ..config import EncoderConfig
     from ..ros.encoder_node import EncoderNode
     from ..ros.transport import create_transport
+    from ..runtime.config import EncoderConfig
 
     if transport == "cyclonedds":  # rclpy takes one per callback whatever we ask (and may lack cyclonedds)
         from ..ros import cyclone
@@ -262,7 +263,7 @@ def run_dropcost(quick: bool, work: Path, rounds: int | None = None) -> dict[str
                 print(line(row), flush=True)
     return {"cameras": n, "fps": fps, "seconds": seconds, "warmup": warmup, "rows": rows,
             "rclpy": "measured" if rclpy_available() else "not here: rclpy does not import (source a Humble; "
-            "test/support/receive_cost.py --drop runs it on the shared Humble)"}  # fmt: skip
+            "scripts/receive_cost.py --drop runs it on the shared Humble)"}  # fmt: skip
 
 
 def line(row: dict) -> str:

@@ -31,9 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import children
-from ..stats import Variant, run_interleaved, summarise
+from ..core import children
 from .goals import FLEET_GOAL_ROWS, FLEET_GOAL_WRITERS, GOALS, row
+from .harness import Variant, run_interleaved, summarise
 
 DIM = 512
 SIZES = (10_000, 100_000, 1_000_000)
@@ -109,8 +109,8 @@ def resident_open_mb(store: Path) -> float:
 
 
 def _rss_child(store: str) -> None:
+    from ..core.phases import rss_mb
     from ..memory.store import VisualMemory
-    from ..phases import rss_mb
 
     with VisualMemory(store) as memory:
         memory.search(memory.hot.vectors[0], memory.model_id, K)
@@ -271,8 +271,8 @@ def _open_child(url: str) -> None:
     """A fresh process: open a client of the server and answer one query; what that cost (JSON on stdout)."""
     import chromadb  # noqa: F401 - the library is not the client's holding: imported before the first figure
 
+    from ..core.phases import rss_mb
     from ..memory.store import VisualMemory
-    from ..phases import rss_mb
 
     rss_before = rss_mb()
     t0 = time.perf_counter()

@@ -22,12 +22,12 @@ import threading
 import time
 from pathlib import Path
 
-from .. import bags
-from ..errors import OpenclawError
+from ..core.errors import OpenclawError
 from ..ros.cyclone import CycloneTransport
 from ..ros.process import NodeProcess
 from ..ros.replay import ReplayOptions, replay
-from ..stats import percentiles
+from ..runtime import bags
+from ..runtime.stats import percentiles
 
 MAX_DROP = 0.05
 
@@ -118,7 +118,7 @@ def compute_bound(bag: Path, model_path: Path, backend: str, precision: str, bat
     percentiles (ms). On the backend the node runs (named explicitly, so `auto` cannot pick another here)
     and checked to be the same precision, or a ratio against the node would compare two computations."""
     from ..encoders import create_encoder
-    from ..pipeline import FramePipeline
+    from ..runtime.pipeline import FramePipeline
 
     encoder = create_encoder(backend, model_path)
     if encoder.precision != precision:

@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import bags
-from ..stats import percentiles
+from ..runtime import bags
+from ..runtime.stats import percentiles
 
 log = logging.getLogger(__name__)
 
@@ -215,11 +215,11 @@ def one_camera(model: str, slow: Path, work: Path, warmup: float, seconds: float
 def cameras(model: Path, seconds: float) -> dict:
     """Three cameras at CAMERA_FPS into one node whose encoder sleeps SLEEP_S per batch of at most 2:
     each camera's encoded frames and its share of the mean."""
-    from ..config import EncoderConfig
     from ..encoders.onnxruntime import OnnxRuntimeEncoder
     from ..ros.cyclone import CycloneTransport
     from ..ros.encoder_node import EncoderNode
     from ..ros.types import IMAGE, QoS
+    from ..runtime.config import EncoderConfig
 
     enc = SleepingEncoder(OnnxRuntimeEncoder(model, threads=1), SLEEP_S)
     node_t, cam_t = CycloneTransport("encoder_node"), CycloneTransport("cameras")

@@ -7,7 +7,7 @@ process too, where rclpy is and cyclonedds-python may not be.
 
 from __future__ import annotations
 
-from .. import threads
+from ..runtime import threads
 
 #: kernel thread name prefix → what that thread of ours does (threads.Thread names them)
 ROLES = {

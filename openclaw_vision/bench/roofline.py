@@ -12,7 +12,7 @@ import os
 import numpy as np
 
 from ..models.configs import get_config
-from ..stats import Variant, run_interleaved
+from .harness import Variant, run_interleaved
 
 #: the INT8 GEMM that bounds the encoders (stages and capacity modes): n x n x n
 PEAK_GEMM_N = 1024
@@ -29,7 +29,7 @@ def ort_gemm_peak_gflops(n: int, repeats: int, threads: int = 0) -> float:
     """Best float32 MatMul rate of ONNX Runtime on the CPU, GFLOP/s."""
     from onnx import TensorProto, helper
 
-    from ..ortsession import session
+    from ..core.ortsession import session
 
     graph = helper.make_graph(
         [helper.make_node("MatMul", ["a", "b"], ["c"])],
@@ -69,7 +69,7 @@ def run_roofline(model: str, images_per_s: float, quick: bool) -> dict:
 
 def int8_units() -> str:
     """The CPU's INT8 dot-product units, as the goal's 'VNNI peak' needs them named."""
-    from ..cpu import int8_dot_units
+    from ..core.cpu import int8_dot_units
 
     have = int8_dot_units()
     if have:
@@ -115,7 +115,7 @@ def int8_gemm_call(runtime: str, n: int, threads: int = 0):
     x = np.random.default_rng(1).uniform(-4, 4, (n, n)).astype(np.float32)
     blob = qdq_matmul_model(n)
     if runtime == "onnxruntime":
-        from ..ortsession import session
+        from ..core.ortsession import session
 
         sess = session(blob, threads)
         return lambda: sess.run(None, {"a": x})

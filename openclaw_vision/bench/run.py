@@ -6,8 +6,8 @@ import argparse
 import time
 from pathlib import Path
 
-from ..build import ensure_fp32, ensure_int8
-from ..commands import Command, field_default
+from ..build_tools.first_use import ensure_fp32, ensure_int8
+from ..core.commands import Command, field_default
 from ..models.configs import DEFAULT_MODEL, canonical_name
 from . import report
 from .harness import host_info, versions
@@ -57,7 +57,7 @@ def run_bench(args: argparse.Namespace) -> dict:
             import numpy as np
 
             from ..encoders.onnxruntime import OnnxRuntimeEncoder
-            from ..stats import Variant, run_interleaved
+            from .harness import Variant, run_interleaved
 
             enc = OnnxRuntimeEncoder(model_path)
             x = np.zeros((8, 3, enc.image_size, enc.image_size), np.float32)
@@ -132,8 +132,8 @@ def run_bench(args: argparse.Namespace) -> dict:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..config import IMAGE_TRANSPORTS, EncoderConfig
     from ..encoders.options import PERFORMANCE_HINTS
+    from ..runtime.config import IMAGE_TRANSPORTS, EncoderConfig
     from .cameras import CAMERA_COUNTS
     from .vlm import run_vlm
 

@@ -44,7 +44,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import bags, children
+from ..core import children
+from ..runtime import bags
 from .goals import row
 from .overload import memory_mb
 from .stop import GOAL_P99_S, HOG, _stop_once

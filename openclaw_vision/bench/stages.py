@@ -14,13 +14,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import gate
+from ..core import gate
 from ..preprocess.cpu import CpuPreprocessor
 from ..preprocess.frame import Frame
 from ..preprocess.reference import reference_preprocess
+from ..preprocess.sample_frames import pan_frames
 from ..quant.runtimes import RUNTIMES
-from ..sample_frames import pan_frames
-from ..stats import Variant, run_interleaved, summarise
+from .harness import Variant, run_interleaved, summarise
 from .report import INT8_RUNTIMES
 
 

@@ -27,8 +27,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from .. import bags, children
-from ..stats import percentiles
+from ..core import children
+from ..runtime import bags
+from ..runtime.stats import percentiles
 from .goals import row
 
 log = logging.getLogger(__name__)

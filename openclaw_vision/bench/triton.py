@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..stats import Variant, percentiles, run_interleaved, summarise
+from ..runtime.stats import percentiles
+from .harness import Variant, run_interleaved, summarise
 
 CLIENTS = (1, 2, 4)
 
@@ -32,8 +33,8 @@ CLIENTS = (1, 2, 4)
 def _pixels(size: int) -> np.ndarray:
     from ..preprocess.cpu import CpuPreprocessor
     from ..preprocess.frame import Frame
+    from ..preprocess.sample_frames import pan_frames
     from ..preprocess.spec import PreprocessSpec
-    from ..sample_frames import pan_frames
 
     return CpuPreprocessor(PreprocessSpec(size=size))(Frame.from_rgb(next(iter(pan_frames(1, 1920, 1080)))))[None]
 
@@ -84,7 +85,7 @@ def _server_account(url: str, model: str) -> dict:
 
 
 def run_triton(model_path: Path, quick: bool, work: Path) -> dict:
-    from ..children import free_port
+    from ..core.children import free_port
     from ..encoders.backends import EncoderOptions
     from ..encoders.onnxruntime import OnnxRuntimeEncoder
     from ..encoders.triton import TritonEncoder, model_name

@@ -32,13 +32,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import children
-from ..stats import Variant, run_interleaved, summarise
+from ..core import children
 from ..vlm.config import LlamaConfig, get_llm_config, hf_config_dict
 from ..vlm.decoder import LlamaDecoder, PagedKVCache
 from ..vlm.kv_cache import BlockManager
 from ..vlm.weights import place, random_params, to_hf_llama
 from .goals import GOALS, row, within
+from .harness import Variant, run_interleaved, summarise
 
 
 def transformers_model(cfg: LlamaConfig, state: dict[str, np.ndarray]):

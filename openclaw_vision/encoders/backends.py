@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import cpu
+from ..core import cpu
 from .options import EncoderOptions
 
 #: the configuration value that means "the first usable row of `auto` order"

@@ -15,8 +15,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from ..errors import OpenclawError
-from ..numerics import l2_normalise  # noqa: F401 - the encoders' import of it
+from ..core.errors import OpenclawError
+from ..core.numerics import l2_normalise  # noqa: F401 - the encoders' import of it
 
 
 @dataclass

@@ -27,7 +27,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..resources import data_home
+from ..core.resources import data_home
 
 log = logging.getLogger(__name__)
 

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import gate
-from ..gate import GateRefused, GateSpec, Metrics, Verdict
-from ..numerics import agreement
+from ..core import gate
+from ..core.gate import GateRefused, GateSpec, Metrics, Verdict
+from ..core.numerics import agreement
 from .base import BackendUnsuitable, ModelInfo
 from .options import EncoderOptions
 

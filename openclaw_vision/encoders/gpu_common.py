@@ -34,7 +34,7 @@ def model_metadata(path: Path) -> dict[str, str]:
     try:
         import onnx
     except ImportError:  # fall back to ONNX Runtime (always installed), at the cost of loading the graph
-        from ..ortsession import session
+        from ..core.ortsession import session
 
         sess = session(path, 1)
         return dict(sess.get_modelmeta().custom_metadata_map)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..ortsession import session
+from ..core.ortsession import session
 from .base import (
     Embedding,
     EncoderError,

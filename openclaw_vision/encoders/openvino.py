@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import cpu
+from ..core import cpu
 from .base import (
     Embedding,
     EncoderError,

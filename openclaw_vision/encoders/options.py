@@ -1,14 +1,14 @@
 """`EncoderOptions`: everything a backend's `build` may need besides the model file, one object for all.
 
 Its own module (standard library only) because both ends read it: every backend's build (encoders/)
-and the node's configuration (config.py takes its defaults from here, so a default is written once).
+and the node's configuration (runtime/config.py takes its defaults from here, so a default is written once).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..gate import check_policy
+from ..core.gate import check_policy
 
 #: `gate: auto`: the INT8 gate policy follows the backend choice (`require` under `backend: auto`,
 #: so auto moves on to a backend where the model passed; `warn` for a backend named explicitly)

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import gate
+from ..core import gate
 from .base import (
     Embedding,
     EncoderError,

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ortsession import session
+from ..core.ortsession import session
 
 #: rows per newly sealed int8 block (one session each; blocks of equal size merge)
 BLOCK = 16384

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..children import Child, free_port
+from ..core.children import Child, free_port
 from .store import StoreError
 
 

@@ -49,8 +49,8 @@ from urllib.parse import urlparse
 
 import numpy as np
 
-from ..errors import OpenclawError
-from ..resources import data_home
+from ..core.errors import OpenclawError
+from ..core.resources import data_home
 from .hot import HotIndex
 
 #: the one collection a store keeps its rows in

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import OpenclawError
+from ..core.errors import OpenclawError
 from .configs import TextConfig, VisionConfig, get_config, get_text_config
 from .text import TextTransformer
 from .vit import VisionTransformer

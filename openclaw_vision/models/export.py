@@ -40,8 +40,8 @@ import numpy as np
 import onnx
 import torch
 
-from ..errors import OpenclawError
-from ..phases import PhaseLog
+from ..core.errors import OpenclawError
+from ..core.phases import PhaseLog
 from . import onnx_files
 from .checkpoint import build_model, build_text_model
 from .text import TextTransformer
@@ -246,7 +246,7 @@ def compare_onnx(
     path: Path, io: TowerIO, cases: list[CheckCase], refs: list[np.ndarray], min_cosine: float = 0.9999
 ) -> float:
     """Run ONNX Runtime on every case; the worst cosine against PyTorch's `refs` (raises below `min_cosine`)."""
-    from ..ortsession import session
+    from ..core.ortsession import session
 
     sess = session(path)
     worst = 1.0

@@ -14,7 +14,7 @@ Torch-free and one tensor at a time (onnx_files): a ViT-bigG-14 export is re-wri
 weights streamed from the full-width file, never held twice. Where the matrix comes from (the fit)
 and whether it is good enough (the gate) is quant/projection.py's business.
 
-onnx is imported where a graph is read or written, not at import: config.py reads the width rule
+onnx is imported where a graph is read or written, not at import: runtime/config.py reads the width rule
 (`check_output_dim`) in every node, and a robot's environment has no onnx (requirements-humble.txt).
 """
 
@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import OpenclawError
-from ..numerics import NORM_EPS
+from ..core.errors import OpenclawError
+from ..core.numerics import NORM_EPS
 
 #: metadata: what the projection is (fit, source width, figures), JSON
 PROJECTION_KEY = "projection"

@@ -63,7 +63,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import OpenclawError
+from ..core.errors import OpenclawError
 
 
 @dataclass(frozen=True)

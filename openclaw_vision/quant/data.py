@@ -16,13 +16,13 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from .. import bags
-from ..errors import OpenclawError
+from ..core.errors import OpenclawError
 from ..preprocess.compressed import CompressedFrame
 from ..preprocess.cpu import CpuPreprocessor
 from ..preprocess.encodings import FrameError
 from ..preprocess.frame import Frame
 from ..preprocess.spec import PreprocessSpec
+from ..runtime import bags
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
 #: The camera resolutions the accuracy gate checks (width, height).

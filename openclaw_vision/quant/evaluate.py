@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import gate
-from ..gate import GateSpec, Metrics
-from ..numerics import agreement, l2_normalise
+from ..core import gate
+from ..core.gate import GateSpec, Metrics
+from ..core.numerics import agreement, l2_normalise
 from . import crossmodal
 
 log = logging.getLogger(__name__)

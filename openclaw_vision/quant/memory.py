@@ -15,10 +15,10 @@ import json
 import sys
 from pathlib import Path
 
-from .. import children
-from ..errors import OpenclawError
+from ..core import children
+from ..core.errors import OpenclawError
+from ..core.phases import release_free_memory, rss_mb
 from ..models.onnx_files import files_size
-from ..phases import release_free_memory, rss_mb
 
 #: ViT-bigG-14 FP32: minutes to load 7.4 GB
 MEASURE_TIMEOUT_S = 3600.0
@@ -42,7 +42,7 @@ def measure_here(model: Path) -> dict[str, float]:
     import numpy as np
 
     base = _peak_mb()
-    from ..ortsession import session
+    from ..core.ortsession import session
 
     sess = session(model)
     inp = sess.get_inputs()[0]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..gate import GateSpec, Metrics
+from ..core.gate import GateSpec, Metrics
 from .evaluate import Evaluator, worst
 
 

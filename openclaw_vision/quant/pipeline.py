@@ -39,13 +39,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import gate
+from ..bench.harness import Variant, first_call_s, run_interleaved
+from ..core import gate
+from ..core.gate import GATE_KEY, GateSpec, Metrics, gate_summary
+from ..core.ortsession import session
+from ..core.phases import PhaseLog
 from ..encoders import gating
-from ..gate import GATE_KEY, GateSpec, Metrics, gate_summary
 from ..models import onnx_files
-from ..ortsession import session
-from ..phases import PhaseLog
-from ..stats import Variant, first_call_s, run_interleaved
 from . import calibrate, crossmodal, data, memory, partition, sensitivity, shift, smooth, split
 from .evaluate import Evaluator, embed, worst
 from .graph import quantisable_layers

@@ -40,11 +40,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import OpenclawError
-from ..gate import ProjectionMetrics, ProjectionSpec, gate_summary
+from ..core.errors import OpenclawError
+from ..core.gate import ProjectionMetrics, ProjectionSpec, gate_summary
+from ..core.numerics import l2_normalise, top1_agreement
 from ..models import onnx_files
 from ..models.projection import add_projection, check_output_dim, projected_id
-from ..numerics import l2_normalise, top1_agreement
 from ..preprocess.cpu import CpuPreprocessor
 from ..preprocess.frame import Frame
 from ..preprocess.spec import PreprocessSpec

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..gate import Check
+from ..core.gate import Check
 
 
 def markdown(r: dict) -> str:

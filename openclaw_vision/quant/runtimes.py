@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from .. import gate
+from ..core import gate
 from ..encoders import backends
 from ..encoders.options import EncoderOptions
 

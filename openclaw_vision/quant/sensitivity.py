@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..gate import Metrics
-from ..numerics import l2_normalise
-from ..ortsession import session
+from ..core.gate import Metrics
+from ..core.numerics import l2_normalise
+from ..core.ortsession import session
 from .evaluate import Evaluator, compare
 from .graph import Layer
 from .qdq import SWITCH_INPUT, probe_outputs

@@ -9,7 +9,7 @@ calibration camera's world, and on the tiny random tower one out-of-domain near-
 flipped), and the report gives the gap between it and the native row (gate.shift_gap).
 
 The source is `--shift` (another bag or image folder), else `scenes`: a scene generator of its own,
-deliberately unlike the panning camera of sample_frames.py: other photographs (scikit-image's
+deliberately unlike the panning camera of preprocess/sample_frames.py: other photographs (scikit-image's
 greyscale and texture images, tinted), a different camera (1280×720), zoomed crops with an inset,
 dimmer or harsher light (gamma 0.7–1.6, gain 0.6–1.2), sensor noise and motion blur — deterministic by seed.
 """

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..encoders import EncoderError
-from ..pipeline import FramePipeline, PreparedBatch
+from ..runtime.pipeline import FramePipeline, PreparedBatch
 from .convert import features_message
 from .intake import Camera
 from .node_counters import NodeCounters

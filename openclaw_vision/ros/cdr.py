@@ -4,7 +4,7 @@ A 1080p rgb8 image is 6 MB of `uint8[] data` behind ~60 bytes of fields. Generic
 walk the whole message in Python; here the few fixed fields are read with `struct` and `data`
 stays a memoryview of the received buffer (zero copies). A serialized message's header stamp is
 read or rewritten in place (`header_stamp`, `restamp`: replay and the bench cameras send a bag's
-bytes with the send time). The package never builds an image sample itself (bags.py serializes
+bytes with the send time). The package never builds an image sample itself (runtime/bags.py serializes
 with rosbags); the tests' hand-written writer is test/support/cdr_writer.py.
 
 The layout is plain CDR version 1 (what ROS 2 Humble's rmw_cyclonedds and rmw_fastrtps put on
@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import OpenclawError
+from ..core.errors import OpenclawError
 
 CDR_BE, CDR_LE = b"\x00\x00", b"\x00\x01"
 HEADER_SIZE = 4

@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import threads
+from ..runtime import threads
 from . import dds_config, native_check
 from .dds_types import field_names, idl_type, service_wire_type
 from .subscription import DdsQos, SampleIntake, Throttle, reader_qos, writer_qos

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from ..resources import share_path
+from ..core.resources import share_path
 
 log = logging.getLogger(__name__)
 

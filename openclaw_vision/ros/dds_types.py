@@ -26,7 +26,7 @@ from functools import cache
 from cyclonedds.idl import IdlStruct, make_idl_struct
 from cyclonedds.idl import types as t
 
-from ..bags import typestore
+from ..runtime.bags import typestore
 from .native_check import octet_sequences_block_copied
 
 _BASE = {

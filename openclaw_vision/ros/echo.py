@@ -20,7 +20,7 @@ import threading
 
 import numpy as np
 
-from ..config import EncoderConfig
+from ..runtime.config import EncoderConfig
 from .convert import compressed_to_frame, features_message, image_to_frame
 from .intake import camera_features_topic
 from .transport import create_transport

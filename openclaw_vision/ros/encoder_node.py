@@ -66,13 +66,13 @@ import threading
 import time
 from typing import Any
 
-from .. import config as cfgmod
-from .. import threads
-from ..build import projected_name
+from ..core.resources import default_model_path
 from ..encoders import EncoderError, EncoderOptions, ImageEncoder, backends, create_encoder
-from ..pipeline import FramePipeline
-from ..resources import default_model_path
-from ..stats import Counters
+from ..models.naming import projected_name
+from ..runtime import config as cfgmod
+from ..runtime import threads
+from ..runtime.pipeline import FramePipeline
+from ..runtime.stats import Counters
 from . import dds_config
 from .batch_stages import BatchStages, TakenBatch
 from .intake import COUNTS, Camera, Intake, camera_specs

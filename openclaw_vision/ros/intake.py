@@ -25,10 +25,10 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import config as cfgmod
-from ..bags import COMPRESSED_SUFFIX
 from ..preprocess.encodings import FrameError
-from ..stats import Counters, LatestSlots, StageTimes, StampGaps
+from ..runtime import config as cfgmod
+from ..runtime.bags import COMPRESSED_SUFFIX
+from ..runtime.stats import Counters, LatestSlots, StageTimes, StampGaps
 from .convert import compressed_to_frame, image_to_frame
 from .subscription import Throttle
 from .types import COMPRESSED_IMAGE, IMAGE

@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import config as cfgmod
-from .. import threads
-from ..errors import OpenclawError
-from ..stats import Counters, StageTimes
+from ..core.errors import OpenclawError
+from ..runtime import config as cfgmod
+from ..runtime import threads
+from ..runtime.stats import Counters, StageTimes
 from .diagnostics import ERROR, OK, WARN, diagnostic_array, stage_values
 from .runner import every, node_main
 from .subscription import Throttle
@@ -233,8 +233,8 @@ class LabelsLoadError(OpenclawError, RuntimeError):
 
 
 def _build(cfg: cfgmod.LabelsConfig, transport: Transport) -> LabelsNode:
-    from ..build import projected_name
     from ..encoders.base import EncoderError
+    from ..models.naming import projected_name
     from ..text.build import default_text_model_path
     from ..text.encoder import TextEncoder
     from ..text.merges import TokenizerError

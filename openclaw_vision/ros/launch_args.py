@@ -8,7 +8,7 @@ dict, or `config:=my.yaml` values for those keys are silently replaced. The laun
 these arguments with the default UNSET and passes on only the others, typed the way launch_ros
 types a substituted value (`yaml.safe_load`, launch_ros/utilities/evaluate_parameters.py).
 
-Kept free of ROS and NumPy imports (config.py is too) so the tests can run it; vision.launch.py imports it at
+Kept free of ROS and NumPy imports (runtime/config.py is too) so the tests can run it; vision.launch.py imports it at
 launch time, on the system Python.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from .. import config as cfgmod
+from ..runtime import config as cfgmod
 
 #: the default of every overriding argument: "not set, the parameters file decides"
 UNSET = ""

@@ -58,11 +58,11 @@ from typing import Any
 
 import numpy as np
 
-from .. import config as cfgmod
-from .. import threads
-from ..errors import OpenclawError
-from ..numerics import l2_normalise
-from ..stats import Counters
+from ..core.errors import OpenclawError
+from ..core.numerics import l2_normalise
+from ..runtime import config as cfgmod
+from ..runtime import threads
+from ..runtime.stats import Counters
 from .diagnostics import ERROR, OK, WARN, diagnostic_array
 from .runner import every, node_main
 from .subscription import Throttle
@@ -448,9 +448,9 @@ def robot_name(cfg: cfgmod.MemoryConfig, transport: Transport) -> str:
 
 
 def _build(cfg: cfgmod.MemoryConfig, transport: Transport) -> MemoryNode:
+    from ..core.resources import data_home
     from ..memory.spool import Spool
     from ..memory.store import StoreError, VisualMemory, is_server
-    from ..resources import data_home
 
     robot = robot_name(cfg, transport)
     server = is_server(cfg.store)

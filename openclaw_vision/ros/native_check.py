@@ -44,7 +44,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ..errors import OpenclawError
+from ..core.errors import OpenclawError
 
 log = logging.getLogger(__name__)
 

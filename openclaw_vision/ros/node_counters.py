@@ -18,9 +18,9 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from .. import threads
 from ..encoders import ImageEncoder
-from ..stats import Counters
+from ..runtime import threads
+from ..runtime.stats import Counters
 from .diagnostics import ERROR, OK, WARN, diagnostic_array, stage_values
 from .intake import COUNTS, Camera, Intake
 from .subscription import Throttle

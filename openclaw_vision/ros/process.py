@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from .. import children
+from ..core import children
 from . import dds_config
 
 

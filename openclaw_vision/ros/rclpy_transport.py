@@ -26,8 +26,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .. import threads
-from ..config import ConfigError, NodeConfig, Param
+from ..runtime import threads
+from ..runtime.config import ConfigError, NodeConfig, Param
 from . import dds_config
 from .subscription import DdsQos, SampleIntake, reader_qos, writer_qos
 from .types import Callback, QoS

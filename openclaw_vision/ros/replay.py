@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import bags
-from .. import config as cfgmod
-from ..errors import OpenclawError
-from ..stats import percentiles
+from ..core.errors import OpenclawError
+from ..runtime import bags
+from ..runtime import config as cfgmod
+from ..runtime.stats import percentiles
 from . import cdr
 from .convert import stamp_to_ns
 from .diagnostics import status_values
@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 class ReplayOptions:
     bag: Path
     out: Path | None = None
-    bag_topic: str | None = None  # Image or CompressedImage topic in the bag; default: its one camera (bags.py)
+    bag_topic: str | None = None  # Image or CompressedImage topic in the bag; default: its one camera (runtime/bags.py)
     image_topic: str | None = None  # where to publish; default: the bag topic
     features_topic: str | None = None  # where the node publishes; default: found (features_topics)
     rate: float = 1.0  # 1.0 = the bag's own timing; 0 = as fast as possible

@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from ..config import ConfigError, node_parameters, params_file_sections
+from ..runtime.config import ConfigError, node_parameters, params_file_sections
 
 ROS_ARGS, END = "--ros-args", "--"
 PARAM_FLAGS = ("-p", "--param")

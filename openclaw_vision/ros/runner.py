@@ -22,10 +22,10 @@ import threading
 import time
 from pathlib import Path
 
-from .. import config as cfgmod
-from .. import threads
-from ..errors import OpenclawError
-from ..resources import share_path
+from ..core.errors import OpenclawError
+from ..core.resources import share_path
+from ..runtime import config as cfgmod
+from ..runtime import threads
 from .ros_args import ros_parameters, split_ros_args
 from .transport import create_transport
 

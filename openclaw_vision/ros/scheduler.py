@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
 
-from .. import threads
+from ..runtime import threads
 
 log = logging.getLogger("encoder_node")
 

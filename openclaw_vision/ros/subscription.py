@@ -121,7 +121,7 @@ def reader_qos(q: QoS, bounded_keep_all: bool) -> DdsQos:
     telling"). Under rclpy a shallow reader would save rclpy's take and two copies of each frame it
     overwrites, but those frames would be lost uncounted, and `ros2 bag play` of 60 frames into the node
     delivered 55-60 (8 of 10 plays short, overwritten in the history) at depth 5 against 60 in 6 of 8
-    plays at 30-32, the two short ones lost at the sockets, not in the history (test/support/bag_loss.py;
+    plays at 30-32, the two short ones lost at the sockets, not in the history (scripts/bag_loss.py;
     README): the node's depth stays 32 on both transports.
     Depth never takes part in QoS matching, so the two readers match the same writers."""
     if bounded_keep_all:

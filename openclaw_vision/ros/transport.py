@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 
-from ..config import TRANSPORTS
+from ..runtime.config import TRANSPORTS
 from .types import Transport
 
 log = logging.getLogger(__name__)

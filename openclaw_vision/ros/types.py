@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..config import RELIABILITIES  # the keys' choices are the config's (config.py)
-from ..errors import OpenclawError
+from ..core.errors import OpenclawError
+from ..runtime.config import RELIABILITIES  # the keys' choices are the config's (runtime/config.py)
 
 IMAGE = "sensor_msgs/msg/Image"
 COMPRESSED_IMAGE = "sensor_msgs/msg/CompressedImage"

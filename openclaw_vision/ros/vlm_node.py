@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import config as cfgmod
-from .. import threads
-from ..errors import OpenclawError
-from ..stats import Counters, StageTimes
+from ..core.errors import OpenclawError
+from ..runtime import config as cfgmod
+from ..runtime import threads
+from ..runtime.stats import Counters, StageTimes
 from .diagnostics import ERROR, OK, WARN, diagnostic_array, stage_values
 from .runner import every, node_main
 from .subscription import Throttle

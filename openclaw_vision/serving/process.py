@@ -13,8 +13,8 @@ import signal
 import time
 from pathlib import Path
 
-from .. import children
-from ..errors import OpenclawError
+from ..core import children
+from ..core.errors import OpenclawError
 
 
 class ServerError(OpenclawError, RuntimeError):

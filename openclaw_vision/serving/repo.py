@@ -35,11 +35,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import gate
-from ..commands import Command, field_flag, from_args
+from ..core import gate
+from ..core.commands import Command, field_flag, from_args
+from ..core.errors import OpenclawError
 from ..encoders.base import DEFAULT_MAX_BATCH, ModelInfo
 from ..encoders.triton import model_name, model_parameters, read_local_info
-from ..errors import OpenclawError
 
 #: ONNX TensorProto element types → Triton's
 ONNX_TO_TRITON = {1: "TYPE_FP32", 10: "TYPE_FP16", 7: "TYPE_INT64", 6: "TYPE_INT32", 3: "TYPE_INT8", 2: "TYPE_UINT8"}
@@ -212,9 +212,9 @@ def write_repo(models: list[Path], out: Path, runtimes: tuple[str, ...] = tuple(
 def models_of(model: str) -> list[Path]:
     """What `triton-repo --model M` serves: M's FP32 export (built now if missing) and its INT8 model if one
     was built (quantising is `openclaw-vision quantize`'s, not a side effect of writing a repository)."""
-    from ..build import ensure_fp32
+    from ..build_tools.first_use import ensure_fp32
+    from ..core.resources import default_model_path
     from ..models.configs import canonical_name
-    from ..resources import default_model_path
 
     model = canonical_name(model)
     int8 = default_model_path(model, "int8")

@@ -31,10 +31,10 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from ..children import free_port
-from ..commands import Command
+from ..core.children import free_port
+from ..core.commands import Command
+from ..core.resources import PRECISIONS, default_model_path
 from ..models.configs import DEFAULT_MODEL
-from ..resources import PRECISIONS, default_model_path
 from .repo import DEFAULT_MAX_BATCH, DEFAULT_QUEUE_DELAY_US
 
 log = logging.getLogger(__name__)

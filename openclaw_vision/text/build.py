@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from ..resources import data_home
+from ..core.resources import data_home
 
 log = logging.getLogger(__name__)
 

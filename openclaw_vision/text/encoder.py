@@ -24,7 +24,7 @@ class TextEncoder:
     precision = "fp32"
 
     def __init__(self, model_path: str | Path, threads: int = 0, bpe_path: str | Path | None = None) -> None:
-        from ..ortsession import session
+        from ..core.ortsession import session
 
         path = Path(model_path)
         if not path.is_file():

@@ -28,10 +28,10 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from .. import children
-from ..commands import Command
-from ..errors import OpenclawError
-from ..resources import data_home
+from ..core import children
+from ..core.commands import Command
+from ..core.errors import OpenclawError
+from ..core.resources import data_home
 
 BPE_FILE = "bpe_simple_vocab_16e6.txt.gz"
 #: SHA-256 of the decompressed merges text in open_clip_torch 3.3.0 (the same file OpenAI's CLIP ships).

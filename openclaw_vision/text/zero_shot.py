@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import OpenclawError
-from ..numerics import l2_normalise, softmax
+from ..core.errors import OpenclawError
+from ..core.numerics import l2_normalise, softmax
 
 #: CLIP's usual zero-shot prompt; "{}" alone uses the labels as they are.
 DEFAULT_TEMPLATE = "a photo of a {}."

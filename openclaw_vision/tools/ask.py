@@ -13,8 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-from ..commands import Command, field_flag
-from ..errors import OpenclawError
+from ..core.commands import Command, field_flag
+from ..core.errors import OpenclawError
 
 
 class AskError(OpenclawError, RuntimeError):
@@ -22,11 +22,11 @@ class AskError(OpenclawError, RuntimeError):
 
 
 def ask(args: argparse.Namespace) -> dict:
-    from ..bags import iter_frames
-    from ..build import BuildError, ensure_int8
+    from ..build_tools.first_use import BuildError, ensure_int8
     from ..encoders import EncoderError, create_encoder
-    from ..pipeline import FramePipeline
     from ..preprocess.encodings import FrameError
+    from ..runtime.bags import iter_frames
+    from ..runtime.pipeline import FramePipeline
     from ..vlm.pipeline import VlmPipeline, load_vlm
     from ..vlm.sampling import Sampling
 

@@ -13,11 +13,11 @@ import sys
 import time
 from pathlib import Path
 
-from .. import bags
-from ..commands import Command, field_flag, from_args
+from ..core.commands import Command, field_flag, from_args
 from ..preprocess.compressed import CODECS
 from ..preprocess.encodings import ENCODINGS
-from ..sample_frames import COMPRESSIBLE
+from ..preprocess.sample_frames import COMPRESSIBLE
+from ..runtime import bags
 
 
 def _sample_arguments(p: argparse.ArgumentParser) -> None:
@@ -58,8 +58,8 @@ SAMPLE = Command(_sample_arguments, _sample)
 
 
 def _replay_arguments(p: argparse.ArgumentParser) -> None:
-    from ..config import RELIABILITIES, TRANSPORTS
     from ..ros.replay import ReplayOptions
+    from ..runtime.config import RELIABILITIES, TRANSPORTS
 
     o = ReplayOptions
     p.add_argument("bag", type=Path)

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..commands import Command
+from ..core.commands import Command
+from ..core.errors import OpenclawError
+from ..core.resources import PRECISIONS
 from ..encoders.base import EncoderError
-from ..errors import OpenclawError
 from ..models.configs import DEFAULT_MODEL
 from ..preprocess.encodings import FrameError
-from ..resources import PRECISIONS
 from ..text.merges import TokenizerError
 from ..text.zero_shot import (
     DEFAULT_TEMPLATE,
@@ -71,7 +71,7 @@ def add_image_model_arguments(p: argparse.ArgumentParser) -> None:
 
 def load_image_encoder(args: argparse.Namespace):
     """The image encoder of --model-path, else --model's build at --precision (built if missing)."""
-    from ..build import BuildError, ensure_fp32, ensure_int8
+    from ..build_tools.first_use import BuildError, ensure_fp32, ensure_int8
     from ..encoders import create_encoder
     from ..models.configs import canonical_name
 
@@ -102,7 +102,7 @@ def text_embeddings(args: argparse.Namespace) -> Iterator[dict]:
 
 def iter_bag_frames(bag: Path, topic: str | None, limit: int = 0) -> Iterator:
     """Frames of a bag's camera (folder or file; which topic: bags.camera_source), one at a time."""
-    from ..bags import iter_frames
+    from ..runtime.bags import iter_frames
 
     try:
         yield from iter_frames(bag, topic, limit)
@@ -120,8 +120,8 @@ def label_set_from(args: argparse.Namespace, encoder) -> LabelSet:
 
 def label_bag(args: argparse.Namespace) -> Iterator[dict]:
     """Per frame: frame index, stamp, top label and the scores; a last item with `summary` (timings)."""
-    from ..pipeline import FramePipeline
-    from ..stats import StageTimes
+    from ..runtime.pipeline import FramePipeline
+    from ..runtime.stats import StageTimes
 
     text = load_text_encoder(args)
     labels = label_set_from(args, text)

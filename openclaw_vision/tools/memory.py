@@ -21,10 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import bags
-from ..commands import Command
-from ..errors import OpenclawError
+from ..core.commands import Command
+from ..core.errors import OpenclawError
 from ..memory.store import Match, Rows, StoreError, VisualMemory
+from ..runtime import bags
 from .label import ToolError, add_image_model_arguments, add_text_model_arguments, iter_bag_frames, load_image_encoder
 
 #: frames encoded per model call while indexing
@@ -81,7 +81,7 @@ def _feature_batches(bag: Path, memory: VisualMemory, source: str, batch: int,
 
 def _image_batches(args: argparse.Namespace, memory: VisualMemory, source: str) -> Iterator[tuple[Rows, int]]:
     """Rows of an image bag: frames not stored yet, encoded `--batch` at a time through FramePipeline."""
-    from ..pipeline import FramePipeline
+    from ..runtime.pipeline import FramePipeline
 
     camera = bags.camera_source(args.bag, args.topic).topic
     pipeline = FramePipeline(load_image_encoder(args), max_batch=0)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..numerics import softmax
+from ..core.numerics import softmax
 from .config import LlamaConfig
 from .kv_cache import BlockManager, PagedKVPool
 

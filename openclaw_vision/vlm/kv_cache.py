@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import OpenclawError
+from ..core.errors import OpenclawError
 
 DEFAULT_BLOCK_SIZE = 16
 

@@ -138,7 +138,7 @@ def load_vlm(
     else:
         params |= random_projector_params(proj_cfg, seed + 1)
     if tokenizer is None:
-        from ..resources import data_home
+        from ..core.resources import data_home
 
         home = Path(tokenizer_home or data_home() / "vlm" / f"tokenizer-{min(cfg.vocab_size, 512)}")
         tokenizer = home / "tokenizer.json"

@@ -37,8 +37,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import cpu
-from ..errors import OpenclawError
+from ..core import cpu
+from ..core.errors import OpenclawError
 
 log = logging.getLogger("vlm")
 
@@ -78,7 +78,7 @@ def identity_key(ident: dict) -> str:
 
 
 def record_path() -> Path:
-    from ..resources import data_home
+    from ..core.resources import data_home
 
     return data_home() / RECORD
 
@@ -148,7 +148,7 @@ def verdict(root: Path | None = None, timeout: float = PROBE_TIMEOUT_S) -> Verdi
 
 
 def _probe(root: Path, ident: dict, key: str, path: Path, timeout: float) -> Verdict:
-    from .. import children
+    from ..core import children
 
     log.info("llama.cpp %s at %s: first use of this build on this CPU kind, probing it in a child process",
              ident["llama_cpp"], root)  # fmt: skip

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..numerics import softmax
+from ..core.numerics import softmax
 
 
 @dataclass(frozen=True)

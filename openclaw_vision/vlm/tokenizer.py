@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import OpenclawError
+from ..core.errors import OpenclawError
 
 SYSTEM_TURN = "<|system|>\n{system}</s>\n<|user|>\n"
 QUESTION_TURN = "{question}</s>\n<|assistant|>\n"

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import children
-from ..errors import OpenclawError
+from ..core import children
+from ..core.errors import OpenclawError
 from .config import LlamaConfig
 from .weights import write_safetensors
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from support.humble import ROBOT_CONFIG, ROOT, pip_env, ros_args
 
-from openclaw_vision import children
+from openclaw_vision.core import children
 from openclaw_vision.ros import dds_config
 
 SUPPORT = ROOT / "test" / "support"
@@ -154,7 +154,7 @@ def test_bag_play_record_info_and_replay(ros2, node_params, rmem_raised, tmp_pat
     """ros2 bag play (mcap, then sqlite3, with --rate) → rclpy encoder + labels → ros2 bag record; the
     recording read back by `ros2 bag info` and our bag tools; then our `replay` (pip path) of it into the
     same rclpy node: the mixed graph's first direction."""
-    from openclaw_vision import bags
+    from openclaw_vision.runtime import bags
 
     sqlite_bag = tmp_path / "sample_sqlite"
     bags.write_sample_bag(sqlite_bag, frames=4, fps=10, storage="sqlite3", start_ns=1_800_000_000_000_000_000)
@@ -217,7 +217,7 @@ def test_frames_missing_from_a_played_bag_are_estimated_by_the_node(ros2, node_p
     driver leaves) into the rclpy node: the node's missing_estimate accounts for what never arrived, in
     --stats-json and in the line it logs when stopped. Every frame the bag's stamps say the camera took
     is either received or estimated missing (small frames at 30 fps: none lost on the way here)."""
-    from openclaw_vision import bags
+    from openclaw_vision.runtime import bags
 
     full, bag = tmp_path / "full", tmp_path / "gappy"
     taken = bags.write_sample_bag(full, frames=24, fps=30, width=320, height=240)

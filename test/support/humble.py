@@ -44,8 +44,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from openclaw_vision.children import Child, Finished
-from openclaw_vision.children import run as run_to_end
+from openclaw_vision.core.children import Child, Finished
+from openclaw_vision.core.children import run as run_to_end
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared" / "ros2-humble"

@@ -24,11 +24,11 @@ from pathlib import Path
 
 from cdr_writer import image_cdr  # this folder is first on sys.path: the script's own
 
-from openclaw_vision import config
 from openclaw_vision.encoders import create_encoder
 from openclaw_vision.ros.encoder_node import EncoderNode
 from openclaw_vision.ros.rclpy_transport import RclpyTransport
 from openclaw_vision.ros.types import IMAGE, VISUAL_FEATURES, QoS
+from openclaw_vision.runtime import config
 
 WIDTH, HEIGHT = 64, 48
 

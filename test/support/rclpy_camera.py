@@ -6,7 +6,7 @@ Run in a sourced Humble (the `ros2` tier, or by hand for the loss measurements i
                             [--topic /camera/image_raw] [--subscribers 1] [--size 1920x1080]
 
 Waits until `--subscribers` subscriptions are matched, then publishes `--count` frames paced at
-`--fps` (openclaw_vision/pacing.py: absolute deadlines, a late frame goes at once, the deadlines missed
+`--fps` (openclaw_vision/core/pacing.py: absolute deadlines, a late frame goes at once, the deadlines missed
 in a stall are skipped: no catch-up bursts), each with a stamp of its own, and writes OUT.json: the
 (sec, nanosec, frame_id) of every image in the order sent, and the late and skipped ticks. `--qos sensor`
 is rclpy's qos_profile_sensor_data (best effort, keep last 5), what camera drivers use; `reliable` is
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from openclaw_vision.pacing import Pacer  # standard library only: importable under the system Python
+from openclaw_vision.core.pacing import Pacer  # standard library only: importable under the system Python
 
 #: distinct frames generated once and cycled (the content does not matter to the transport)
 DISTINCT = 4
@@ -33,7 +33,7 @@ DISTINCT = 4
 def frames(encoding: str, width: int, height: int) -> list[np.ndarray]:
     """DISTINCT raw buffers of `encoding`: a diagonal colour ramp, shifted a little each frame
     (numpy only: the robot venv has no scikit-image for sample_frames' panorama)."""
-    from openclaw_vision.sample_frames import convert_rgb
+    from openclaw_vision.preprocess.sample_frames import convert_rgb
 
     y, x = np.mgrid[0:height, 0:width]
     out = []

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ... import children
-from ...errors import OpenclawError
+from ...core import children
+from ...core.errors import OpenclawError
 from ..kernel_plan import TERMS, KernelJob
 from . import SHIM_MAIN, SOURCE, compile_options
 

@@ -35,13 +35,13 @@ from typing import Any
 
 import numpy as np
 
+from ..encoders.base import Embedding, FramePreprocessor, ImageEncoder
+from ..preprocess.compressed import CompressedFrame, ImageDecoder, create_decoder
+from ..preprocess.cpu import CpuPreprocessor
+from ..preprocess.encodings import FrameError
+from ..preprocess.frame import Frame
+from ..preprocess.spec import PreprocessSpec
 from . import threads
-from .encoders.base import Embedding, FramePreprocessor, ImageEncoder
-from .preprocess.compressed import CompressedFrame, ImageDecoder, create_decoder
-from .preprocess.cpu import CpuPreprocessor
-from .preprocess.encodings import FrameError
-from .preprocess.frame import Frame
-from .preprocess.spec import PreprocessSpec
 
 AnyFrame = Frame | CompressedFrame
 

@@ -19,12 +19,12 @@ from collections.abc import Iterator
 import cv2
 import numpy as np
 
-from .preprocess.compressed import CODECS
-from .preprocess.cpu import CpuPreprocessor
-from .preprocess.encodings import ENCODINGS, layout_of
-from .preprocess.frame import Frame
-from .preprocess.kernel_plan import GPU_ENCODINGS
-from .preprocess.spec import PreprocessSpec
+from .compressed import CODECS
+from .cpu import CpuPreprocessor
+from .encodings import ENCODINGS, layout_of
+from .frame import Frame
+from .kernel_plan import GPU_ENCODINGS
+from .spec import PreprocessSpec
 
 PHOTOS = ("astronaut", "coffee", "rocket", "chelsea", "hubble_deep_field", "immunohistochemistry")
 

@@ -1,8 +1,8 @@
 """What receiving a 1080p frame costs, on the pip path (Cyclone DDS from Python) and under rclpy on the
 real Humble (issue 27 item 4). A measurement, not a test: it prints numbers and asserts nothing.
 
-    flock /tmp/openclaw-cpu.lock .venv/bin/python test/support/receive_cost.py [--fps 30] [--seconds 6]
-    flock /tmp/openclaw-cpu.lock .venv/bin/python test/support/receive_cost.py --drop [--rounds 2]
+    flock /tmp/openclaw-cpu.lock .venv/bin/python scripts/receive_cost.py [--fps 30] [--seconds 6]
+    flock /tmp/openclaw-cpu.lock .venv/bin/python scripts/receive_cost.py --drop [--rounds 2]
 
 `--drop`: what a *dropped* frame costs instead (bench/dropcost.py's trial: the encoder node with its
 encoder paused, four 1080p cameras at --fps), on the pip path (a take per sample, and all per take) and under
@@ -25,11 +25,11 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # test/ (for `support`)
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "test"))  # test/ (for `support`)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout
 
+from bag_loss import domain_lock
 from support import humble
-from support.bag_loss import domain_lock
 
 
 def main(argv: list[str]) -> int:
@@ -45,9 +45,10 @@ def main(argv: list[str]) -> int:
     p.add_argument("--loads", default=",".join(("idle", "hogs")), help="--drop: idle, hogs or both")
     args = p.parse_args(argv)
 
-    from openclaw_vision import bags, children
     from openclaw_vision.bench.cameras import PLAYER_FRAMES, topics
     from openclaw_vision.bench.capacity import Receiver
+    from openclaw_vision.core import children
+    from openclaw_vision.runtime import bags
 
     args.work.mkdir(parents=True, exist_ok=True)
     lock = domain_lock()  # noqa: F841 - held until exit

@@ -10,7 +10,7 @@ and this module renders each block from its source of truth: every node's parame
 parsers the commands declare (cli.COMMANDS; a node's from `runner.node_parser`), the backends from
 `encoders/backends.py`, the wire types from msg/ and srv/, the layers from `.importlinter`. A table
 typed by hand drifts from the code (the README once said the encoder's depth default was 5 while
-config.py said 32); a generated one cannot, because test/test_docs.py fails on any difference and
+runtime/config.py said 32); a generated one cannot, because test/test_docs.py fails on any difference and
 says to run `openclaw-vision docs`. The same check finds relative links that do not resolve.
 
 Above cli in the layer order: it reads the command table and every command's parser.
@@ -27,11 +27,11 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from . import cli
-from . import config as cfgmod
-from .commands import Command
+from .. import cli
+from ..core.commands import Command
+from ..runtime import config as cfgmod
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 COMMAND_LINE = "openclaw-vision docs"
 BLOCK = re.compile(
     r"<!-- BEGIN GENERATED (?P<name>[\w -]+?) \(openclaw-vision docs\) -->\n(?P<body>.*?)"
@@ -104,7 +104,7 @@ def parameters(node: Node) -> str:
 
 def launch_arguments() -> str:
     """The launch file's overriding arguments, the nodes each one sets, and what `--show-args` says."""
-    from .ros import launch_args
+    from ..ros import launch_args
 
     rows = [(f"`{name}:=`", ", ".join(launch_args.argument_nodes(name)), launch_args.argument_description(name))
             for name in launch_args.ARGUMENTS]  # fmt: skip
@@ -122,11 +122,11 @@ def _parser(name: str, target: str) -> tuple[argparse.ArgumentParser, Node | Non
     """The parser `openclaw-vision NAME` parses with, and the node it runs (None for a tool)."""
     node = next((n for n in nodes() if n.command == name), None)
     if node is not None:
-        from .ros.runner import node_parser
+        from ..ros.runner import node_parser
 
         return node_parser(f"openclaw-vision {name}", node.name, node.config, node.yaml), node
     module, attr = target.split(":")
-    command = getattr(importlib.import_module(f"{__package__}.{module}"), attr)
+    command = getattr(importlib.import_module(f"openclaw_vision.{module}"), attr)
     if not isinstance(command, Command):
         raise TypeError(f"{target} is neither a Command nor a node main (ros.<stem>_node:main)")
     parser = argparse.ArgumentParser(prog=f"openclaw-vision {name}")
@@ -166,7 +166,7 @@ def cli_flags() -> str:
 
 def backends() -> str:
     """The one backend table, in `auto` order."""
-    from .encoders import backends as table_module
+    from ..encoders import backends as table_module
 
     rows = [(f"`{b.name}`", b.description, "GPU" if b.gpu else "CPU" if b.cpu_runtime else "remote",
              "yes" if b.auto else "never", b.install or "always installed") for b in table_module.TABLE]  # fmt: skip

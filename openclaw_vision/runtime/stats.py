@@ -1,15 +1,12 @@
-"""Counters and latency percentiles shared by the node, replay and the benchmarks, and the one timing
-harness (`Variant`, `run_interleaved`, `summarise`) of the bench, the ladder and quantize's latency check."""
+"""Counters and latency percentiles shared by the nodes, replay and the benchmarks: what a node counts while it
+runs. (The timing harness the benches use is bench/harness.py.)"""
 
 from __future__ import annotations
 
-import random
 import statistics
 import threading
-import time
 from collections import deque
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -198,80 +195,3 @@ class LatestSlots:
             left, self._items = self._items, {}
             self._cond.notify_all()
             return left
-
-
-# --- interleaved timing ---------------------------------------------------------------------------
-# Every variant runs in every round, in a shuffled order, so drift in the machine (thermal, other
-# processes) lands on all variants alike. Never compare across runs.
-
-
-@dataclass
-class Variant:
-    """One thing to time: `fn` is called, its samples collect here.
-
-    `self_timed`: `fn` returns the seconds to count itself (a decode call that must not count the
-    prefill it needs first); otherwise the whole call is timed."""
-
-    name: str
-    fn: Callable[[], object]
-    batch: int = 1
-    group: str = ""  # variants in one group are compared with the group's baseline
-    baseline: bool = False
-    self_timed: bool = False
-    samples_ms: list[float] = field(default_factory=list)
-    round_p50_ms: list[float] = field(default_factory=list)
-
-    def call_ms(self) -> float:
-        """One call, in milliseconds (see `self_timed`)."""
-        if self.self_timed:
-            return float(self.fn()) * 1e3
-        t0 = time.perf_counter()
-        self.fn()
-        return (time.perf_counter() - t0) * 1e3
-
-
-def first_call_s(variants: list[Variant]) -> dict[str, float]:
-    """One call of each variant, in seconds (not kept as samples): what sizes the rounds to a time budget
-    (iterations = budget / these), and a warm-up."""
-    return {v.name: v.call_ms() / 1e3 for v in variants}
-
-
-def run_interleaved(variants: list[Variant], rounds: int, iters: int, warmup: int = 2, seed: int = 0) -> None:
-    """Fill each variant's samples: `rounds` × `iters` timed calls after `warmup` untimed ones."""
-    for v in variants:
-        for _ in range(warmup):
-            v.fn()
-    rng = random.Random(seed)
-    for _ in range(rounds):
-        order = list(variants)
-        rng.shuffle(order)
-        for v in order:
-            times = [v.call_ms() for _ in range(iters)]
-            v.samples_ms.extend(times)
-            v.round_p50_ms.append(float(np.median(times)))
-
-
-def summarise(variants: list[Variant]) -> list[dict]:
-    """The harness's stable variant records, with each ratio to its group's baseline (p50)."""
-    out = []
-    base = {(v.group, v.batch): v for v in variants if v.baseline}
-    for v in variants:
-        p = percentiles(v.samples_ms)
-        rec = {
-            "name": v.name,
-            "batch": v.batch,
-            "p50_ms": round(p["p50"], 3),
-            "p95_ms": round(p["p95"], 3),
-            "p99_ms": round(p["p99"], 3),
-            "mean_ms": round(p["mean"], 3),
-            "throughput": round(v.batch / (p["mean"] / 1e3), 2) if p["mean"] else 0.0,
-            "n": p["n"],
-            "spread_p50_ms": [round(min(v.round_p50_ms), 3), round(max(v.round_p50_ms), 3)] if v.round_p50_ms else [],
-            "samples_ms": [round(x, 3) for x in v.samples_ms],
-        }
-        b = base.get((v.group, v.batch))
-        if b is not None and b is not v and b.samples_ms:
-            rec["baseline"] = b.name
-            rec["speedup_vs_baseline"] = round(float(np.median(b.samples_ms)) / max(p["p50"], 1e-9), 2)
-        out.append(rec)
-    return out

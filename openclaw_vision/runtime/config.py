@@ -24,16 +24,16 @@ from typing import Any
 
 import yaml
 
-from . import gate
-from .build import output_width
-from .commands import field_flag
-from .encoders import PERFORMANCE_HINTS, backends
-from .encoders.options import GATE_AUTO, EncoderOptions
-from .errors import OpenclawError
-from .models.configs import MODEL_CONFIGS
-from .resources import PRECISIONS
-from .vlm.config import LLM_BACKENDS
-from .vlm.tokenizer import DEFAULT_SYSTEM
+from ..core import gate
+from ..core.commands import field_flag
+from ..core.errors import OpenclawError
+from ..core.resources import PRECISIONS
+from ..encoders import PERFORMANCE_HINTS, backends
+from ..encoders.options import GATE_AUTO, EncoderOptions
+from ..models.configs import MODEL_CONFIGS
+from ..models.naming import output_width
+from ..vlm.config import LLM_BACKENDS
+from ..vlm.tokenizer import DEFAULT_SYSTEM
 
 #: image_transport's two plugins we read: raw Image, or its `compressed` CompressedImage sub-topic
 IMAGE_TRANSPORTS = ("raw", "compressed")
@@ -153,7 +153,7 @@ class NodeConfig:
         for key, spec in self.params().items():
             spec.check(key, getattr(self, key))
         if getattr(self, "output_dim", 0) and getattr(self, "model", None) in MODEL_CONFIGS:
-            from .models.projection import ProjectionError  # NumPy: imported only where a projection is asked for
+            from ..models.projection import ProjectionError  # NumPy: imported only where a projection is asked for
 
             try:
                 output_width(self.model, self.output_dim)  # above the tower's width: said at start

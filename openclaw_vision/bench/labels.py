@@ -23,12 +23,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..commands import Command
-from ..stats import percentiles
-from .convert import ns_to_stamp, stamp_to_ns
-from .labels_node import VISUAL_LABELS
-from .process import NodeProcess
-from .types import DEFAULT, HEADER, VISUAL_FEATURES
+from ..core.commands import Command
+from ..ros.convert import ns_to_stamp, stamp_to_ns
+from ..ros.labels_node import VISUAL_LABELS
+from ..ros.process import NodeProcess
+from ..ros.types import DEFAULT, HEADER, VISUAL_FEATURES
+from ..runtime.stats import percentiles
 
 WORDS = ("door", "forklift", "person", "stairs", "pallet", "box", "chair", "table", "window", "robot")
 
@@ -117,8 +117,8 @@ def _one(transport, text_model: Path, model_id: str, dim: int, n: int, frames: i
 
 
 def run(text_model: Path, sizes: tuple[int, ...], frames: int, fps: float, work: Path) -> dict:
+    from ..ros.cyclone import CycloneTransport
     from ..text.encoder import TextEncoder
-    from .cyclone import CycloneTransport
 
     enc = TextEncoder(text_model, threads=1)
     work.mkdir(parents=True, exist_ok=True)

@@ -16,11 +16,11 @@ import shutil
 import time
 from pathlib import Path
 
-from . import bags
-from .build import BuildError, ensure_int8
-from .commands import Command, field_flag
-from .models.configs import DEFAULT_MODEL, canonical_name
-from .resources import default_model_path
+from ..build_tools.first_use import BuildError, ensure_int8
+from ..core.commands import Command, field_flag
+from ..core.resources import default_model_path
+from ..models.configs import DEFAULT_MODEL, canonical_name
+from ..runtime import bags
 
 
 def _ensure_model(model: str, calib: Path) -> Path:
@@ -35,7 +35,7 @@ def _ensure_model(model: str, calib: Path) -> Path:
 
 
 def _gflops(model: str) -> float:
-    from .models.configs import get_config
+    from ..models.configs import get_config
 
     return get_config(model).flops_per_image() / 1e9
 
@@ -82,14 +82,14 @@ def _ensure_bag(path: Path, frames: int, fps: float) -> None:
 
 def _gate_of(model_path: Path) -> dict | None:
     """The accuracy gate the INT8 model passed when it was built (saved in its metadata; weights not read)."""
-    from .models.onnx_files import read_metadata
+    from ..models.onnx_files import read_metadata
 
     gate = read_metadata(model_path).get("quant_gate")
     return json.loads(gate) if gate else None
 
 
 def format_summary(s: dict) -> str:
-    from .gate import gate_summary
+    from ..core.gate import gate_summary
 
     lat, st = s["latency_ms"], s["stages_ms"]
     lines = [
@@ -121,9 +121,9 @@ def format_summary(s: dict) -> str:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from .ros.process import NodeProcess
-    from .ros.replay import ReplayOptions, replay
-    from .ros.transport import create_transport
+    from ..ros.process import NodeProcess
+    from ..ros.replay import ReplayOptions, replay
+    from ..ros.transport import create_transport
 
     t0 = time.perf_counter()
     out: Path = args.out

@@ -2,7 +2,7 @@
 
 Every subcommand is a `Command` defined beside the code it drives: `add_arguments(parser)` declares
 its flags (choices from that code's constants), `run(args)` does the work and returns the exit
-status. cli.py only lists the commands and dispatches to them. A command that must see its
+status. cli/__init__.py only lists the commands and dispatches to them. A command that must see its
 command line untouched (a node: its `--ros-args` for rclpy) is a plain `main(argv) -> int`
 instead and parses it itself.
 

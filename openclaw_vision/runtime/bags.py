@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import OpenclawError
-from .resources import share_path
+from ..core.errors import OpenclawError
+from ..core.resources import share_path
 
 IMAGE_TYPE = "sensor_msgs/msg/Image"
 COMPRESSED_IMAGE_TYPE = "sensor_msgs/msg/CompressedImage"
@@ -163,9 +163,9 @@ def iter_frames(path: Path, topic: str | None = None, limit: int = 0, every: int
 
 
 def _frames(source: CameraSource, limit: int, every: int) -> Iterator:
-    from .preprocess.compressed import CompressedFrame
-    from .preprocess.encodings import FrameError
-    from .preprocess.frame import Frame
+    from ..preprocess.compressed import CompressedFrame
+    from ..preprocess.encodings import FrameError
+    from ..preprocess.frame import Frame
 
     wrap = CompressedFrame.from_message if source.msgtype == COMPRESSED_IMAGE_TYPE else Frame.from_message
     taken = 0
@@ -226,7 +226,7 @@ def serialize_image(
 
     rows is the image height, or height × 3/2 for nv12/nv21 (their chroma rows follow).
     """
-    from .preprocess.encodings import ENCODINGS
+    from ..preprocess.encodings import ENCODINGS
 
     store = typestore()
     rows, w = rgb_or_raw.shape[:2]
@@ -275,7 +275,7 @@ def write_sample_bag(
     As sensor_msgs/Image on `topic`, or with `compressed` = jpeg | png as sensor_msgs/CompressedImage
     on `<topic>/compressed` with compressed_image_transport's format strings.
     """
-    from .sample_frames import compress_rgb, convert_rgb, pan_frames
+    from ..preprocess.sample_frames import compress_rgb, convert_rgb, pan_frames
 
     period = round(1e9 / fps)
     n = 0

@@ -20,7 +20,7 @@ def share_dir() -> Path:
     candidates = []
     if os.environ.get("OPENCLAW_VISION_SHARE"):
         candidates.append(Path(os.environ["OPENCLAW_VISION_SHARE"]))
-    candidates.append(Path(__file__).resolve().parents[1])  # source checkout
+    candidates.append(Path(__file__).resolve().parents[2])  # source checkout
     candidates.append(Path(sys.prefix) / "share" / PACKAGE)
     ament = ""
     try:

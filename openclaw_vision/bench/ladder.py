@@ -30,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import children, cpu
-from .commands import Command
+from ..core import children, cpu
+from ..core.commands import Command
 
 LADDER = ("ViT-B-32", "ViT-L-14", "ViT-H-14", "ViT-bigG-14")
 #: Seconds each precision may spend in the latency step (at least MIN_SAMPLES frames each).
@@ -65,7 +65,7 @@ def _child(args: list[str], log: Path) -> tuple[float, str]:
 
 
 def _export(model: str, out: Path) -> dict:
-    from .resources import default_model_path
+    from ..core.resources import default_model_path
 
     before = _load()
     seconds, stdout = _child(["export", "--model", model, "--force", "--json"], out / f"{model}.export.log")
@@ -89,7 +89,7 @@ def _quantize(model: str, calib: Path, out: Path) -> dict:
     seconds, _ = _child(
         ["quantize", "--model", model, "--calib", str(calib), "--report", str(report)], out / f"{model}.quant.log"
     )
-    from .quant.pipeline import QuantResult
+    from ..quant.pipeline import QuantResult
 
     r = QuantResult.load(report / "report.json")
     w = r.worst
@@ -123,10 +123,10 @@ def _quantize(model: str, calib: Path, out: Path) -> dict:
 
 def measure_latency(fp32: Path, int8: Path, frames_bag: Path, budget_s: float = LATENCY_BUDGET_S) -> dict:
     """One 1080p frame → preprocess → encode, FP32 vs INT8 interleaved in this process (P50/P99 ms)."""
-    from .encoders.onnxruntime import OnnxRuntimeEncoder
-    from .pipeline import FramePipeline
-    from .quant.data import load_frames
-    from .stats import Variant, first_call_s, run_interleaved, summarise
+    from ..encoders.onnxruntime import OnnxRuntimeEncoder
+    from ..quant.data import load_frames
+    from ..runtime.pipeline import FramePipeline
+    from .harness import Variant, first_call_s, run_interleaved, summarise
 
     frames = load_frames(frames_bag, spread=8)
     encoders = {k: FramePipeline(OnnxRuntimeEncoder(p)) for k, p in (("fp32", fp32), ("int8", int8))}
@@ -159,7 +159,7 @@ def _latency(model: str, fp32: Path, int8: Path, calib: Path, out: Path) -> dict
 
 def _projection(model: str, output_dim: int, calib: Path, out: Path) -> dict:
     """The `output_dim` projection's gate figures (build.ensure_projected, in a child like every step)."""
-    from .models.configs import get_config
+    from ..models.configs import get_config
 
     width = get_config(model).embed_dim
     if width <= output_dim:  # equal: the same model; narrower: nothing a projection could give
@@ -176,7 +176,7 @@ def _projection(model: str, output_dim: int, calib: Path, out: Path) -> dict:
 
 
 def run_model(model: str, calib: Path, out: Path, output_dim: int = 512) -> dict:
-    from .models.configs import get_config
+    from ..models.configs import get_config
 
     cfg = get_config(model)
     params = _params(cfg)
@@ -298,7 +298,7 @@ def _pair(lat: dict, key: str) -> str:
 
 
 def host() -> dict:
-    from .bench.harness import host_info
+    from .harness import host_info
 
     info = host_info()
     info["vnni"] = "yes" if {"avx512_vnni", "avx_vnni"} & set(cpu.int8_dot_units()) else "no"
@@ -308,7 +308,7 @@ def host() -> dict:
 
 
 def run_ladder(args: argparse.Namespace) -> dict:
-    from .bench.harness import versions
+    from .harness import versions
 
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,7 @@ per feature set (`vector_features`). One reading of /proc/cpuinfo for the whole 
 host record, the ladder and the Makefile ask this module too.
 
 It runs on its own as well, standard library only, so the Makefile can ask it with the system
-Python before the venv (or the package) exists: `python3 -m openclaw_vision.cpu --vector-features`
+Python before the venv (or the package) exists: `python3 -m openclaw_vision.core.cpu --vector-features`
 from the checkout names the folder the llama.cpp wheel for this CPU kind is cached in, and
 `--no-amx-cflags` gives the compiler flags that keep AMX out of it (the AMX features are listed here once).
 
@@ -133,7 +133,7 @@ def onednn_forcible() -> list[tuple[str, str]]:
 
 def main(argv: list[str] | None = None) -> int:
     """Print one fact about this CPU: for shell callers (the Makefile) that must not parse /proc/cpuinfo again."""
-    parser = argparse.ArgumentParser(prog="python3 -m openclaw_vision.cpu", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python3 -m openclaw_vision.core.cpu", description=main.__doc__)
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--vector-features", action="store_true", help="the -march=native cache key (vector_features)")
     what.add_argument("--isa-class", action="store_true", help="the INT8 ISA class (isa_class)")

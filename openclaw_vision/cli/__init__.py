@@ -7,23 +7,23 @@ import importlib
 import logging
 import sys
 
-from .commands import Command
+from ..core.commands import Command
 
 #: Every subcommand, in the order `--help` lists them: name ("group name" for a command under a group)
-#: → (where it is defined, "module:ATTRIBUTE" in this package; the one-line help). The attribute is a
+#: → (where it is defined, "module:ATTRIBUTE" in openclaw_vision; the one-line help). The attribute is a
 #: commands.Command (its flags and its run function, beside the code it drives), or for a node a
 #: `main(argv)` that parses its own command line (its --ros-args for rclpy). A command's module is
 #: imported only when that command runs or shows its --help, so no tool loads another's dependencies.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "export": ("build:EXPORT", "build a CLIP vision tower and export it to ONNX (checked vs PyTorch)"),
+    "export": ("build_tools.commands:EXPORT", "build a CLIP vision tower and export it to ONNX (checked vs PyTorch)"),
     "text": ("tools.label:TEXT", "unit-length CLIP text embeddings of strings, one JSON line each"),
     "label": ("tools.label:LABEL", "zero-shot label scores for every frame of a bag, one JSON line each"),
     "index": ("tools.memory:INDEX", "store the frames of a bag (images, encoded; or VisualFeatures) in visual memory"),
     "search": ("tools.memory:SEARCH", "the frames in visual memory nearest a text, one line each; a contact sheet"),
-    "bench-labels": ("ros.labels_bench:COMMAND", "the labels node's latency per frame over DDS, by label-set size"),
+    "bench-labels": ("bench.labels:COMMAND", "the labels node's latency per frame over DDS, by label-set size"),
     "tokenizer fetch": ("text.merges:COMMAND",
                         "take CLIP's BPE merges file from the open_clip_torch wheel (pip, --no-deps)"),
-    "quantize": ("build:QUANTIZE", "INT8 Q/DQ model from calibration frames, gated on held-out frames"),
+    "quantize": ("build_tools.commands:QUANTIZE", "INT8 Q/DQ model from calibration frames, gated on held-out frames"),
     "bag sample": ("tools.bag:SAMPLE", "write a bag of camera-like frames made from real photographs"),
     "encoder": ("ros.encoder_node:main", "run the encoder node (flags: see `openclaw-vision encoder --help`)"),
     "vlm": ("ros.vlm_node:main", "run the VLM node (flags: see `openclaw-vision vlm --help`)"),
@@ -32,13 +32,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ask": ("tools.ask:COMMAND", "encoder + VLM in one process: answer a question about one frame of a bag"),
     "replay": ("tools.bag:REPLAY", "play a bag into a running encoder node and record /visual_features"),
     "bench": ("bench.run:COMMAND", "latency P50/P95/P99 per stage, side by side with the usual baselines"),
-    "build-engine": ("build:BUILD_ENGINE", "build (once) the cached TensorRT engine the tensorrt backend loads"),
+    "build-engine": ("build_tools.commands:BUILD_ENGINE",
+                     "build (once) the cached TensorRT engine the tensorrt backend loads"),
     "serve": ("serving.serve:COMMAND", "a Triton server (PyTriton) hosting the image encoder; prints its gRPC URL "
               "(flags: see `openclaw-vision serve --help`)"),
     "triton-repo": ("serving.repo:COMMAND", "a Triton model repository (onnxruntime, openvino, tensorrt_plan)"),
-    "ladder": ("ladder:COMMAND", "ViT-B/32 to ViT-bigG-14 on this machine: export, INT8, memory, gate, 1080p latency"),
-    "demo": ("demo:COMMAND", "build the default model and a sample bag, replay it through the node"),
-    "docs": ("docs_tables:COMMAND", "write the docs' tables (parameters, flags, backends) from the code; --check"),
+    "ladder": ("bench.ladder:COMMAND",
+               "ViT-B/32 to ViT-bigG-14 on this machine: export, INT8, memory, gate, 1080p latency"),
+    "demo": ("tools.demo:COMMAND", "build the default model and a sample bag, replay it through the node"),
+    "docs": ("cli.docs_tables:COMMAND", "write the docs' tables (parameters, flags, backends) from the code; --check"),
 }  # fmt: skip
 #: the groups' help and the attribute their chosen command is stored under
 GROUPS = {"tokenizer": ("CLIP's tokenizer files", "tokcmd"), "bag": ("rosbag2 tools", "bagcmd")}
@@ -71,7 +73,7 @@ class CommandParser(argparse.ArgumentParser):
     def _load(self):
         if self._command is None:
             module, attr = self.target.split(":")
-            self._command = getattr(importlib.import_module(f"{__package__}.{module}"), attr)
+            self._command = getattr(importlib.import_module(f"openclaw_vision.{module}"), attr)
             if isinstance(self._command, Command):
                 self._command.add_arguments(self)
         return self._command
@@ -98,6 +100,3 @@ def main(argv: list[str] | None = None) -> int:
         return args.command.run(args)
     return args.command(args.argv)  # a node: its own flags, logging and --ros-args
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,7 +2,7 @@
 
 A measurement, not a test (it prints numbers and asserts nothing):
 
-    flock /tmp/openclaw-cpu.lock .venv/bin/python test/support/bag_loss.py --runs 3 [--depth N] [--delay S]
+    flock /tmp/openclaw-cpu.lock .venv/bin/python scripts/bag_loss.py --runs 3 [--depth N] [--delay S]
 
 Builds this checkout with colcon once into --workspace (kept, reused unless --rebuild), writes a
 60-frame 1080p rgb8 sample bag at 30 fps, then per run: starts `ros2 run openclaw_vision encoder_node`
@@ -21,12 +21,13 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # test/ (for `support`)
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "test"))  # test/ (for `support`)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout
 
-from openclaw_vision.ros import dds_config
 from support import humble
 from support.domains import take_domain
+
+from openclaw_vision.ros import dds_config
 
 
 def domain_lock():
@@ -70,8 +71,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--skip", type=str, default="", help="frame indices to leave out of the bag, e.g. 20,21,22")
     args = p.parse_args(argv)
 
-    from openclaw_vision import bags
     from openclaw_vision.models.export import export_model
+    from openclaw_vision.runtime import bags
 
     args.work.mkdir(parents=True, exist_ok=True)
     lock = domain_lock()  # noqa: F841 - held until exit
