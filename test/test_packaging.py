@@ -173,13 +173,21 @@ def test_setup_py_installs_every_launch_config_msg_and_srv_file(monkeypatch):
 
 
 def test_launch_file_declares_each_override_unset_and_starts_the_installed_executables():
-    from openclaw_vision.ros.launch_args import ENCODER_ARGUMENTS, LABELS_ARGUMENTS, UNSET, VLM_ARGUMENTS
+    from openclaw_vision.ros.launch_args import (
+        ARGUMENTS,
+        ENCODER_ARGUMENTS,
+        LABELS_ARGUMENTS,
+        MEMORY_ARGUMENTS,
+        UNSET,
+        VLM_ARGUMENTS,
+    )
 
     text = (ROOT / "launch" / "vision.launch.py").read_text()
     tree = ast.parse(text)
     assert "DeclareLaunchArgument(name, default_value=UNSET" in text and UNSET == ""
-    assert "for name in (*ENCODER_ARGUMENTS, *VLM_ARGUMENTS, *LABELS_ARGUMENTS, *MEMORY_ARGUMENTS)" in text
-    assert ENCODER_ARGUMENTS and VLM_ARGUMENTS and LABELS_ARGUMENTS
+    assert "for name in ARGUMENTS" in text  # every node's overriding arguments, each once
+    assert set(ARGUMENTS) == {*ENCODER_ARGUMENTS, *VLM_ARGUMENTS, *LABELS_ARGUMENTS, *MEMORY_ARGUMENTS}
+    assert len(ARGUMENTS) == len(set(ARGUMENTS)) and ENCODER_ARGUMENTS and VLM_ARGUMENTS and LABELS_ARGUMENTS
     executables = {node.args[0].value for node in ast.walk(tree) if isinstance(node, ast.Call)
                    and getattr(node.func, "id", "") == "_node"}  # fmt: skip
     assert executables == {"encoder_node", "vlm_node", "labels_node", "memory_node"}
