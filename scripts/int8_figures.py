@@ -37,11 +37,13 @@ import argparse
 import itertools
 import json
 import logging
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+from openclaw_vision.bench import figures
 from openclaw_vision.bench.harness import Variant, first_call_s, run_interleaved
 from openclaw_vision.core.gate import GateSpec
 from openclaw_vision.models import onnx_files
@@ -272,6 +274,8 @@ def main() -> int:
     p.add_argument("--latency-budget-s", type=float, default=12.0)
     p.add_argument("--out", type=Path, default=Path("/tmp/int8-figures"))
     p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--docs", default=None, metavar="NAME",
+                   help="also publish the rows as docs/figures/NAME.json and .md (bench/figures.py)")  # fmt: skip
     p.add_argument("--no-latency", action="store_true", help="accuracy and INT8 share only (cores shared)")
     p.add_argument("--latency-only", type=Path, default=None, metavar="JSON",
                    help="the latency columns again, from the models an earlier run left in --out")  # fmt: skip
@@ -296,6 +300,9 @@ def report(rows: list[dict], args) -> int:
     print(markdown(rows))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
+    if args.docs:
+        paths = figures.publish(args.docs, rows, markdown(rows), "scripts/int8_figures.py " + " ".join(sys.argv[1:]))
+        print("published", *paths)
     return 0
 
 

@@ -8,6 +8,7 @@ naming the block and the command that rewrites it.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -77,3 +78,30 @@ def test_the_readme_is_short_and_names_every_node_message_and_service():
     for node in docs_tables.nodes():
         assert f"`{node.name}`" in readme, node.name
     assert "shared/DESIGN.md" not in readme  # a file outside the repository is not pointed at as if inside
+
+
+def test_published_figures_name_the_machine_and_a_page_shows_them_as_published(copy: Path):
+    """A run's figures reach the docs only through bench/figures.py: the file names the CPU, the date and the
+    command, a page's `figures` block is that file, republishing makes the block stale until `docs` copies it
+    in, and a published figure that no page shows is an error."""
+    from openclaw_vision.bench import figures
+    from openclaw_vision.core import cpu
+
+    folder = copy / "docs" / "figures"
+    rows = [{"variant": "ours", "b1_ms": 12.5}]
+    js, md = figures.publish("toy-run", rows, "| variant | b1 ms |\n|---|---|\n| ours | 12.5 |", "toy --x 1", folder)
+    first = md.read_text().splitlines()[0]
+    assert cpu.model_name() in first and "`toy --x 1`" in first and cpu.vector_features() in first
+    record = json.loads(js.read_text())
+    assert record["rows"] == rows and record["host"]["cpu"] == cpu.model_name() and record["command"] == "toy --x 1"
+    assert "block 'figures toy-run' is in no page (README.md or docs/)" in docs_tables.regenerate(copy, write=False)
+
+    page = copy / "docs" / "benchmarks.md"
+    page.write_text(page.read_text() + "\n" + docs_tables.block("figures toy-run", "") + "\n")
+    assert "docs/benchmarks.md: block 'figures toy-run' differs from the code" in docs_tables.regenerate(copy)
+    assert "| ours | 12.5 |" in page.read_text() and first in page.read_text()
+    figures.publish("toy-run", [{"variant": "ours", "b1_ms": 11.0}], "| ours | 11.0 |", "toy --x 2", folder)
+    stale = docs_tables.regenerate(copy, write=False)
+    assert stale == ["docs/benchmarks.md: block 'figures toy-run' differs from the code"]
+    with pytest.raises(ValueError, match="lower-case"):
+        figures.publish("Toy Run", rows, "", "toy", folder)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
 from ..build_tools.first_use import ensure_fp32, ensure_int8
 from ..core.commands import Command, field_default
 from ..models.configs import DEFAULT_MODEL, canonical_name
-from . import report
+from . import figures, report
 from .harness import host_info, versions
 
 #: "all" = the encoder modes; the others alone
@@ -166,12 +167,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "--model-path")  # fmt: skip
     p.add_argument("--out", type=Path, default=Path("out/bench"), help="folder for bench.json, bench.md and plots")
     p.add_argument("--json", type=Path, default=None, help="also write the JSON here")
+    p.add_argument("--docs", default=None, metavar="NAME", help="also publish it as docs/figures/NAME.json and .md")
 
 
 def run(args: argparse.Namespace) -> int:
     result = run_bench(args)
     print(report.markdown(result))
     print(f"wrote {args.out / 'bench.json'}, {args.out / 'bench.md'} and plots ({result['seconds']} s)")
+    if args.docs:
+        command = "openclaw-vision bench " + " ".join(sys.argv[2:])
+        print("published", *figures.publish(args.docs, result, report.markdown(result), command))
     return 0
 
 

@@ -8,7 +8,8 @@ README.md and docs/*.md hold blocks between two marker lines,
 and this module renders each block from its source of truth: every node's parameters from its
 `config.Param`s, the launch arguments from `ros/launch_args.py`, every command and flag from the
 parsers the commands declare (cli.COMMANDS; a node's from `runner.node_parser`), the backends from
-`encoders/backends.py`, the wire types from msg/ and srv/, the layers from `.importlinter`. A table
+`encoders/backends.py`, the wire types from msg/ and srv/, the layers from `.importlinter`, and a run's
+measured figures from the file it published in docs/figures/ (bench/figures.py). A table
 typed by hand drifts from the code (the README once said the encoder's depth default was 5 while
 runtime/config.py said 32); a generated one cannot, because test/test_docs.py fails on any difference and
 says to run `openclaw-vision docs`. The same check finds relative links that do not resolve.
@@ -209,6 +210,8 @@ def renderers(root: Path = ROOT) -> dict[str, Callable[[], str]]:
     }
     for node in nodes():
         out[f"parameters {node.name}"] = lambda node=node: parameters(node)
+    for figures in sorted((root / "docs" / "figures").glob("*.md")):  # what a run published (bench/figures.py)
+        out[f"figures {figures.stem}"] = figures.read_text
     return out
 
 

@@ -1,0 +1,47 @@
+"""A run's figures written into docs/figures/, so the docs never carry a measured number typed by hand.
+
+`publish(name, rows, markdown, command)` writes `docs/figures/<name>.json` (the rows, the host, the package
+versions, the date and the command) and `docs/figures/<name>.md` (one line naming the machine's CPU, its vector
+features and cores, the date and the command, then the run's markdown table). A docs page embeds the markdown
+as a generated block, `figures <name>`, which `openclaw-vision docs` copies in and test/test_docs.py checks: a
+figure published again updates its page, and a published figure no page shows is an error.
+
+The bench (`bench --docs NAME`) and the figure scripts (`scripts/*_figures.py --docs NAME`) call it. Figures are
+only ever compared within one run (speeds as ratios measured side by side); the CPU line says which machine
+the run's ratios belong to, since the machines here change between AVX2, AVX-512 VNNI and AMX.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+from ..core import cpu
+from .harness import host_info, versions
+
+#: where published figures live in a checkout (docs/ is not installed: publishing is a developer's act)
+FOLDER = Path(__file__).resolve().parents[2] / "docs" / "figures"
+NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
+
+
+def machine_line(host: dict, features: str, date: str, command: str) -> str:
+    """The figures' first line: where and when they were measured, and what printed them."""
+    return (f"Measured {date} on {host['cpu']} ({host['cores']} cores; {features}) by `{command}`; every column"
+            " is in the JSON beside this file.")  # fmt: skip
+
+
+def publish(name: str, rows, markdown: str, command: str, folder: Path = FOLDER) -> tuple[Path, Path]:
+    """Write `<name>.json` and `<name>.md` into `folder`; returns both paths."""
+    if not NAME.fullmatch(name):
+        raise ValueError(f"figures name {name!r}: lower-case letters, digits and dashes only")
+    folder.mkdir(parents=True, exist_ok=True)
+    host, date = host_info(), time.strftime("%Y-%m-%d", time.gmtime())
+    features = cpu.vector_features()
+    record = {"name": name, "command": command, "measured": date, "host": {**host, "vector_features": features},
+              "versions": versions(), "rows": rows}  # fmt: skip
+    js, md = folder / f"{name}.json", folder / f"{name}.md"
+    js.write_text(json.dumps(record, indent=1) + "\n")
+    md.write_text(machine_line(host, features, date, command) + "\n\n" + markdown.strip() + "\n")
+    return js, md
