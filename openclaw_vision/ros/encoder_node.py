@@ -76,12 +76,14 @@ from ..runtime.stats import Counters
 from . import dds_config
 from .batch_stages import BatchStages, TakenBatch
 from .intake import COUNTS, Camera, Intake, camera_specs
-from .node_counters import NODE_NAME, UNSEEN, NodeCounters
+from .node_counters import NODE_NAME, STATUS_NAME, UNSEEN, NodeCounters
 from .runner import every, node_main
 from .scheduler import BatchScheduler
 from .types import DEFAULT, VISUAL_FEATURES, QoS, Transport
 
 log = logging.getLogger(NODE_NAME)
+#: every node module names its /diagnostics status as STATUS_NAME (bench/soak reads the four nodes' alike)
+__all__ = ["STATUS_NAME", "EncoderNode", "main"]
 
 #: how long stop() waits for the node's threads in all: an encode in flight finishes within it; one that does
 #: not return (a runtime hung in a native call) is left behind, and the runner exits without it
