@@ -114,14 +114,16 @@ def nncf_int8_share(xml: Path) -> float:
     return int8 / total if total else 0.0
 
 
-def latency(models: dict[str, Path], image_size: int, threads: int, budget_s: float) -> dict[str, dict[str, float]]:
-    """P50 ms of each model on OpenVINO at batch 1 and 8, all interleaved call by call (one group per batch)."""
+def latency(
+    models: dict[str, Path], image_size: int, threads: int, budget_s: float, batches: tuple[int, ...] = (1, 8)
+) -> dict[str, dict[str, float]]:
+    """P50 ms of each model on OpenVINO at each batch, all interleaved call by call (one group per batch)."""
     from openclaw_vision.encoders.openvino import OpenVinoEncoder
 
     encoders = {k: OpenVinoEncoder(p, threads) for k, p in models.items()}
     rng = np.random.default_rng(0)
     out: dict[str, dict[str, float]] = {k: {} for k in models}
-    for batch in (1, 8):
+    for batch in batches:
         x = rng.standard_normal((batch, 3, image_size, image_size)).astype(np.float32)
         variants = [Variant(k, lambda e=e, x=x: e.encode(x), batch) for k, e in encoders.items()]
         first = first_call_s(variants)
@@ -134,33 +136,44 @@ def latency(models: dict[str, Path], image_size: int, threads: int, budget_s: fl
     return out
 
 
-def group_models(folder: Path, name: str, profile: str) -> dict[str, Path]:
-    """The models one profile's latency group times: FP32, the three INT8 variants and, beside a profile, the
-    architecture's own INT8 model without outliers (`none`, ours): the files `run_arch` wrote."""
+def model_files(folder: Path, name: str, profile: str) -> dict[str, Path]:
+    """Where `run_arch` writes one profile's models: FP32, the INT8 variants and, beside a profile, the
+    architecture's own INT8 model without outliers (`none`, ours)."""
     stem = folder / f"{name}.{profile}"
-    models = {"fp32": Path(f"{stem}.fp32.onnx"), "plain": Path(f"{stem}.plain.int8.onnx"),
-              "ours": Path(f"{stem}.ours.int8.onnx"), "nncf": Path(f"{stem}.nncf.int8.xml")}  # fmt: skip
-    if Path(f"{stem}.ours-u8.int8.onnx").exists():  # `--u8` made it
-        models["ours u8"] = Path(f"{stem}.ours-u8.int8.onnx")
+    files = {"fp32": Path(f"{stem}.fp32.onnx"), "ours": Path(f"{stem}.ours.int8.onnx"),
+             "plain": Path(f"{stem}.plain.int8.onnx"), "nncf": Path(f"{stem}.nncf.int8.xml"),
+             "ours u8": Path(f"{stem}.ours-u8.int8.onnx")}  # fmt: skip
     if profile != "none":
-        models["ours, no outliers"] = folder / f"{name}.none.ours.int8.onnx"
-    return models
+        files["ours, no outliers"] = folder / f"{name}.none.ours.int8.onnx"
+    return files
+
+
+def group_models(folder: Path, name: str, profile: str) -> dict[str, Path]:
+    """The models one profile's latency group times: FP32, ours, and those of the others the run wrote (what
+    `--variants` or `--u8` left out, or `none` where a run skipped it, as for bigG, has no file)."""
+    files = model_files(folder, name, profile)
+    return {k: p for k, p in files.items() if k in ("fp32", "ours") or p.exists()}
 
 
 def measure_group(folder: Path, name: str, profile: str, image_size: int, args) -> dict[str, dict[str, float]]:
-    return latency(group_models(folder, name, profile), image_size, args.threads, args.latency_budget_s)
+    return latency(group_models(folder, name, profile), image_size, args.threads, args.latency_budget_s,
+                   tuple(args.batches))  # fmt: skip
 
 
-def latency_fields(lat: dict[str, dict[str, float]], variant: str) -> dict[str, float]:
-    """A row's latency columns, every one a ratio within its group (`none`: its own INT8 is the no-outlier base)."""
-    if not lat:
+def latency_fields(lat: dict[str, dict[str, float]], profile: str, variant: str) -> dict[str, float]:
+    """A row's latency columns, every one a ratio within its group at batch 1 (`none`: its own INT8 is the
+    no-outlier base). A group without the no-outlier model or without NNCF's has no such ratio."""
+    if variant not in lat:
         return {}
-    base_b1 = lat.get("ours, no outliers", lat["ours"])["b1_ms"]
     own = lat[variant]
-    return {**own, "speed_vs_no_outliers": round(base_b1 / own["b1_ms"], 3),
-            "speed_vs_fp32": round(lat["fp32"]["b1_ms"] / own["b1_ms"], 3),
-            "latency_vs_nncf_b1": round(own["b1_ms"] / lat["nncf"]["b1_ms"], 3),
-            "latency_vs_nncf_b8": round(own["b8_ms"] / lat["nncf"]["b8_ms"], 3)}  # fmt: skip
+    out = {**own, "speed_vs_fp32": round(lat["fp32"]["b1_ms"] / own["b1_ms"], 3)}
+    base = lat["ours"] if profile == "none" else lat.get("ours, no outliers")
+    if base:
+        out["speed_vs_no_outliers"] = round(base["b1_ms"] / own["b1_ms"], 3)
+    for batch in ("b1", "b8"):
+        if "nncf" in lat and f"{batch}_ms" in own:
+            out[f"latency_vs_nncf_{batch}"] = round(own[f"{batch}_ms"] / lat["nncf"][f"{batch}_ms"], 3)
+    return out
 
 
 def remeasure(rows: list[dict], args) -> list[dict]:
@@ -175,7 +188,7 @@ def remeasure(rows: list[dict], args) -> list[dict]:
             continue
         lat = measure_group(args.out / name, name, profile, int(group[0].get("image_size", 224)), args)
         for r in group:
-            r = {**r, **latency_fields(lat, r["variant"])}
+            r = {**r, **latency_fields(lat, profile, r["variant"])}
             out.append(r)
             print(json.dumps(r), flush=True)
     return out
@@ -194,13 +207,15 @@ def run_arch(name: str, profile_names: list[str], frames: list, args, folder: Pa
     rows: list[dict] = []
     for profile in profile_names:  # `none` first where it is asked for: the others' latency baseline is its file
         t0 = time.perf_counter()
-        paths = group_models(folder, name, profile)
+        paths = model_files(folder, name, profile)
         fp32 = fp32_model(name, profile, paths["fp32"])
         common = dict(calib=Path("<sample frames: pan>"), measure_memory=False, text_model=text,
                       heldout_frames=args.heldout, calib_frames=args.calib_frames, sweep=args.sweep)  # fmt: skip
         plain_path, ours_path = paths["plain"], paths["ours"]
-        plain = quantize(QuantOptions(fp32, out=plain_path, smooth=False, split=False, max_float=0, sensitivity=False,
-                                      gate=WRITE_ANYWAY, **common), frames)  # fmt: skip
+        plain = None
+        if "plain" in args.variants:
+            plain = quantize(QuantOptions(fp32, out=plain_path, smooth=False, split=False, max_float=0,
+                                          sensitivity=False, gate=WRITE_ANYWAY, **common), frames)  # fmt: skip
         ours = quantize(QuantOptions(fp32, out=ours_path, **common), frames)
         ours_u8, u8_path = None, folder / f"{name}.{profile}.ours-u8.int8.onnx"
         if args.u8:
@@ -212,22 +227,25 @@ def run_arch(name: str, profile_names: list[str], frames: list, args, folder: Pa
         heldout = {k: v.astype(np.float16).astype(np.float32) for k, v in qdata.heldout.items()}
         text_ref, _ = crossmodal.find_reference(ours.model, text)
         ev = Evaluator.from_model(fp32, heldout, text=text_ref)
-        nncf_path = nncf_model(fp32, qdata.calibration, paths["nncf"])
-        written = {k: p for k, p in (("plain", plain_path), ("ours", ours_path), ("nncf", nncf_path),
-                                     ("ours u8", u8_path if ours_u8 else None)) if p and p.exists()}  # fmt: skip
+        nncf_path = nncf_model(fp32, qdata.calibration, paths["nncf"]) if "nncf" in args.variants else None
+        written = {k: p for k, p in (("plain", plain_path if plain else None), ("ours", ours_path),
+                                     ("nncf", nncf_path), ("ours u8", u8_path if ours_u8 else None))
+                   if p and p.exists()}  # fmt: skip
         scored = {k: _metrics(ev.score(p, "openvino")) for k, p in written.items()}
         if "ours" not in written:  # its gate failed, so `quantize` wrote nothing (as a user gets it): ORT's figures
             log.warning("%s %s: ours failed the gate: %s", name, profile, ours.summary())
             scored["ours"] = {**_metrics({"onnxruntime": ours.worst}), "gate": False}
         lat = {} if args.no_latency or "ours" not in written else measure_group(folder, name, profile, image_size, args)
         runs = {"ours": ours, "ours u8": ours_u8}
-        shares = {"plain": 1.0, "nncf": round(nncf_int8_share(nncf_path), 4),
+        shares = {"plain": 1.0, "nncf": round(nncf_int8_share(nncf_path), 4) if nncf_path else None,
                   **{k: r.sections["int8_flop_share"] for k, r in runs.items() if r}}  # fmt: skip
-        for variant in ("plain", "ours", *(["ours u8"] if ours_u8 else []), "nncf"):
+        asked = ("plain" if plain else None, "ours", "ours u8" if ours_u8 else None, "nncf" if nncf_path else None)
+        for variant in filter(None, asked):
             if variant not in scored:  # ours u8 failed its gate
                 scored[variant] = {**_metrics({"onnxruntime": runs[variant].worst}), "gate": False}
             row = {"model": name, "profile": profile, "variant": variant, **scored[variant],
-                   "int8_share": shares[variant], "image_size": image_size, **latency_fields(lat, variant)}  # fmt: skip
+                   "int8_share": shares[variant], "image_size": image_size,
+                   **latency_fields(lat, profile, variant)}  # fmt: skip
             if variant in runs:
                 run = runs[variant]
                 row["gate_onnxruntime"] = run.passed
@@ -244,16 +262,18 @@ def run_arch(name: str, profile_names: list[str], frames: list, args, folder: Pa
 
 
 def _lat(r: dict) -> str:
-    if "b1_ms" not in r:
-        return "— | — | — | —"
-    return (f"{r['b1_ms']} | {r['b8_ms']} | {r['speed_vs_no_outliers']:.2f}x |"
-            f" {r['latency_vs_nncf_b1']:.2f} / {r['latency_vs_nncf_b8']:.2f}")  # fmt: skip
+    def cell(key: str, fmt: str = "{}") -> str:
+        return fmt.format(r[key]) if key in r else "—"
+
+    return (f"{cell('b1_ms')} | {cell('b8_ms')} | {cell('speed_vs_fp32', '{:.2f}x')} |"
+            f" {cell('speed_vs_no_outliers', '{:.2f}x')} |"
+            f" {cell('latency_vs_nncf_b1', '{:.2f}')} / {cell('latency_vs_nncf_b8', '{:.2f}')}")  # fmt: skip
 
 
 def markdown(rows: list[dict]) -> str:
     head = ("| model | profile | variant | gate (OV) | mean cos | min cos | zero-shot | INT8 share | b1 ms | b8 ms |"
-            " speed vs no-outlier INT8 | latency vs NNCF b1 / b8 |")  # fmt: skip
-    lines = [head, "|" + "---|" * 12]
+            " speed vs FP32 | speed vs no-outlier INT8 | latency vs NNCF b1 / b8 |")  # fmt: skip
+    lines = [head, "|" + "---|" * 13]
     for r in rows:
         zs = "—" if r["zero_shot_top1"] is None else f"{100 * r['zero_shot_top1']:.1f} %"
         lines.append(f"| {r['model']} | {r['profile']} | {r['variant']} | {'pass' if r['gate'] else 'FAIL'} |"
@@ -272,6 +292,9 @@ def main() -> int:
     p.add_argument("--sweep", default="auto", choices=("auto", "always", "never"))
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--u8", action="store_true", help="also ours with --scheme u8s8 (CPU runtimes only, as NNCF's)")
+    p.add_argument("--variants", nargs="*", default=["plain", "nncf"], choices=("plain", "nncf"),
+                   help="beside ours: the plain path and NNCF (bigG: ours alone takes most of an hour)")  # fmt: skip
+    p.add_argument("--batches", nargs="+", type=int, default=[1, 8], help="latency batches")
     p.add_argument("--latency-budget-s", type=float, default=12.0)
     p.add_argument("--out", type=Path, default=Path("/tmp/int8-figures"))
     p.add_argument("--json", type=Path, default=None)
