@@ -32,6 +32,12 @@ def machine_line(host: dict, features: str, date: str, command: str) -> str:
             " is in the JSON beside this file.")  # fmt: skip
 
 
+def without_title(markdown: str) -> str:
+    """The run's markdown without its own "# ..." title: the docs page that shows it has its own headings."""
+    text = markdown.strip()
+    return text.split("\n", 1)[1].strip() if text.startswith("# ") else text
+
+
 def publish(name: str, rows, markdown: str, command: str, folder: Path = FOLDER) -> tuple[Path, Path]:
     """Write `<name>.json` and `<name>.md` into `folder`; returns both paths."""
     if not NAME.fullmatch(name):
@@ -43,5 +49,5 @@ def publish(name: str, rows, markdown: str, command: str, folder: Path = FOLDER)
               "versions": versions(), "rows": rows}  # fmt: skip
     js, md = folder / f"{name}.json", folder / f"{name}.md"
     js.write_text(json.dumps(record, indent=1) + "\n")
-    md.write_text(machine_line(host, features, date, command) + "\n\n" + markdown.strip() + "\n")
+    md.write_text(machine_line(host, features, date, command) + "\n\n" + without_title(markdown) + "\n")
     return js, md

@@ -345,6 +345,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reuse", action="store_true", help="keep the records of models already in --out")
     p.add_argument("--output-dim", type=int, default=512,
                    help="the projection column's width (export --output-dim; 0: no column)")  # fmt: skip
+    p.add_argument("--docs", default=None, metavar="NAME", help="also publish it as docs/figures/NAME.json and .md")
     p.add_argument("--latency-only", nargs=2, type=Path, metavar=("FP32", "INT8"), help=argparse.SUPPRESS)
 
 
@@ -355,6 +356,10 @@ def run(args: argparse.Namespace) -> int:
     result = run_ladder(args)
     print(markdown(result))
     print(f"wrote {args.out / 'ladder.md'} and {args.out / 'ladder.json'}")
+    if args.docs:
+        from . import figures
+
+        print("published", *figures.publish(args.docs, result, markdown(result), result["command"]))
     return 0 if all("error" not in r for r in result["models"]) else 1
 
 

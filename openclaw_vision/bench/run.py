@@ -176,9 +176,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {args.out / 'bench.json'}, {args.out / 'bench.md'} and plots ({result['seconds']} s)")
     if args.docs:
         command = "openclaw-vision bench " + " ".join(sys.argv[2:])
-        text = report.markdown(result)  # without its "# openclaw-vision bench" title: the page has its own
-        table = text.split("\n", 1)[1] if text.startswith("# ") else text
-        print("published", *figures.publish(args.docs, result, table, command))
+        print("published", *figures.publish(args.docs, result, report.markdown(result), command))
     return 0
 
 
