@@ -23,3 +23,17 @@ def test_drop_cost_section_counts_every_frame_and_splits_the_cpu(tmp_path, dds_d
     assert rows[("cyclonedds", "one")]["samples_per_take"] <= 1.05  # a take per sample (the window cuts one)
     [goal] = [g for g in dropcost.goals(res) if g["goal"].startswith("cyclonedds")]
     assert "transport floor" in goal["measured"]  # the floor is reported beside our share
+
+
+def test_a_runtime_pool_started_while_the_model_loaded_is_not_counted_as_cyclone():
+    """The model loads on "node-build", which has ended by the time the CPU is read (so it is not among the
+    live threads the node names); OpenVINO's pool threads keep that name. They were counted as Cyclone's
+    receive threads: 29 core-ms of a raw frame's encode put on the transport."""
+    from openclaw_vision.bench.roles import thread_role
+
+    named = {11: "encoder-worker", 12: "dds-take/front"}
+    role = thread_role(20, "node-build", 10, "python3", named)
+    assert role == "runtime pool (started at load)"
+    assert thread_role(21, "encoder-worker", 10, "python3", named) == "runtime pool (started by encoder-worker)"
+    assert thread_role(11, "encoder-worker", 10, "python3", named).startswith("worker")
+    assert thread_role(22, "recvUC", 10, "python3", named).startswith("cyclone threads")

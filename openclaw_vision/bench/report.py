@@ -152,11 +152,14 @@ def markdown(result: dict) -> str:
         "",
         f"Host: {result['host']['cpu']}, {result['host']['cores']} cores. Model {result.get('model')}, "
         f"backend {result.get('backend')}, precision {result.get('precision')}.",
-        "",
-        "| variant | batch | P50 ms | P95 ms | P99 ms | throughput (img/s; tokens/s for prefill/decode) | n "
-        "| vs baseline |",
-        "|---|---|---|---|---|---|---|---|",
     ]
+    if result.get("variants"):  # the modes that time variants (cameras, capacity and triton have tables of their own)
+        lines += [
+            "",
+            "| variant | batch | P50 ms | P95 ms | P99 ms | throughput (img/s; tokens/s for prefill/decode) | n "
+            "| vs baseline |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
     for v in result.get("variants", []):
         ratio = f"{v['speedup_vs_baseline']}x vs {v['baseline']}" if "speedup_vs_baseline" in v else ""
         name = f"{v['name']} ({v['shape']})" if "shape" in v else v["name"]

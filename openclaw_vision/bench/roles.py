@@ -18,6 +18,9 @@ ROLES = {
     "encoder-prepa": "prepare thread (takes frames, hands batches on)",
     "prep_": "prepare pool (decode, preprocess)",
     "diagnostics": "diagnostics",
+    # the model loads on "node-build" (ros/runner.py: a stop during a load exits at once), which ends after the
+    # load: the threads named so later are those it started, the runtime's pool (OpenVINO's at compile)
+    "node-build": "runtime pool (started at load)",
 }
 
 
