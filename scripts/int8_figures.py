@@ -150,8 +150,8 @@ def model_files(folder: Path, name: str, profile: str) -> dict[str, Path]:
 
 
 def group_models(folder: Path, name: str, profile: str) -> dict[str, Path]:
-    """The models one profile's latency group times: FP32, ours, and those of the others the run wrote (what
-    `--variants` or `--u8` left out, or `none` where a run skipped it, as for bigG, has no file)."""
+    """The models one profile's latency group times: FP32, ours, and each of the others that has a file in the
+    folder, from this run or an earlier one (one that no run made, as `none` for bigG, is not timed)."""
     files = model_files(folder, name, profile)
     return {k: p for k, p in files.items() if k in ("fp32", "ours") or p.exists()}
 
