@@ -148,11 +148,11 @@ def test_a_server_that_hangs_is_an_error_not_a_hang(tmp_path, monkeypatch):
     again the same client answers (it connects again), with exact ranks."""
     import signal
 
-    from openclaw_vision.memory import store
+    from openclaw_vision.memory import remote
     from openclaw_vision.memory.server import start_server
 
-    monkeypatch.setattr(store, "SERVER_TIMEOUT_S", 2.0)
-    monkeypatch.setattr(store, "CONNECT_TIMEOUT_S", 2.0)
+    monkeypatch.setattr(remote, "SERVER_TIMEOUT_S", 2.0)
+    monkeypatch.setattr(remote, "CONNECT_TIMEOUT_S", 2.0)
     rows = planted(30, seed=9, robot="A")
     child, url = start_server(tmp_path / "server-data", log_path=tmp_path / "chroma.log")
     with child:

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from ..core.children import Child, free_port
-from .store import StoreError
+from .errors import StoreError
 
 
 def chroma_program() -> str:

@@ -33,7 +33,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .store import FolderLock, Rows, StoreCorrupt, check_sqlite
+from .errors import StoreCorrupt
+from .folder import FolderLock, check_sqlite
+from .rows import Rows
 
 SPOOL_FILE = "spool.sqlite3"
 #: bytes a row costs beyond its vector and strings (seq, stamp, SQLite's record and index overhead), for the

@@ -43,12 +43,15 @@ window that ends before it starts) gets `ok: false` and the reason in `error`, i
 `queries_refused` and logged, and the node goes on. A text tower of another model than the store's is
 refused at start, naming both. Offline, `openclaw-vision search --store` reads the same store (a server
 store while the node runs; the embedded folder after it stops, as the folder has one writer at a time).
+
+`MemoryNode` is the wiring: the subscriptions, the pending queue, the threads and their lifecycle, the counts
+and /diagnostics. Each thread's work is a unit of its own beside it: the writer's (memory_writer.py), store and
+forward (memory_forward.py: the spool and the forwarder thread) and the query service (memory_queries.py).
 """
 
 from __future__ import annotations
 
 import logging
-import shutil
 import socket
 import sys
 import threading
@@ -59,14 +62,20 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import OpenclawError
-from ..core.numerics import l2_normalise
 from ..runtime import config as cfgmod
 from ..runtime import threads
 from ..runtime.stats import Counters
 from .diagnostics import ERROR, OK, WARN, diagnostic_array
+from .memory_forward import FORWARD_RETRY_MAX_S, Forwarder
+from .memory_queries import DEFAULT_TOP_K, MAX_TOP_K, MemoryQueries, QueryError
+from .memory_writer import MemoryWriter, Pending
 from .runner import every, node_main
 from .subscription import Throttle
-from .types import DEFAULT, DIAGNOSTIC_ARRAY, QUERY_MEMORY, RESPONSE, VISUAL_FEATURES, QoS, Transport
+from .types import DEFAULT, DIAGNOSTIC_ARRAY, QUERY_MEMORY, VISUAL_FEATURES, QoS, Transport
+
+#: the node's names, and those of its units that callers import from here
+__all__ = ["COUNTS", "DEFAULT_TOP_K", "FORWARD_RETRY_MAX_S", "MAX_TOP_K", "NODE_NAME", "STATUS_NAME",
+           "MemoryLoadError", "MemoryNode", "QueryError", "main", "robot_name"]  # fmt: skip
 
 log = logging.getLogger("memory_node")
 
@@ -75,23 +84,18 @@ STATUS_NAME = f"{NODE_NAME}: memory"
 COUNTS = ("received", "written", "skipped", "dropped", "rejected", "refused", "flushes", "retained_deleted",
           "queries", "queries_refused", "spooled", "forwarded", "forward_failures", "queries_local",
           "set_aside")  # fmt: skip
-#: seconds the forwarder waits at most before it tries a server that failed again (doubling from flush_period)
-FORWARD_RETRY_MAX_S = 5.0
-#: matches a query returns when its top_k is 0, and at most
-DEFAULT_TOP_K, MAX_TOP_K = 8, 1000
-
-
-class QueryError(OpenclawError, ValueError):
-    """A QueryMemory request that cannot be answered as asked; the message says why."""
 
 
 class MemoryNode:
+    """/visual_features → the pending queue → the writer (and the forwarder, with a `spool`) → `memory`;
+    QueryMemory on `cfg.query_service`; counts on /diagnostics."""
+
     def __init__(self, cfg: cfgmod.MemoryConfig, transport: Transport, memory, text=None, spool=None,
                  robot: str = "") -> None:  # fmt: skip
         self.cfg, self.transport, self.memory, self.text = cfg, transport, memory, text
         self.spool, self.robot = spool, robot
         self.counters = Counters(COUNTS)
-        self._pending: list[tuple[str, int, str, str, np.ndarray]] = []
+        self._pending: list[Pending] = []
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -101,74 +105,25 @@ class MemoryNode:
         self._subs = [transport.subscribe(topic, VISUAL_FEATURES, DEFAULT, partial(self._on_features, topic))
                       for topic in cfg.topics()]  # fmt: skip
         self.supervisor = threads.Supervisor(self._stop, log)
-        self._writer = self.supervisor.thread("memory-writer", self._write_loop)
-        self._forward_wake = threading.Event()
-        self._forward_error = ""  # the server's last failure; "" once a batch went through
-        self._warn_forward = Throttle()
-        self._warn_aside = Throttle()
-        self._last_set_aside = ""
-        if spool is not None:
-            self.supervisor.thread("memory-forward", self._forward_loop)
+        self.forwarder = None if spool is None else \
+            Forwarder(lambda: self.cfg, memory, spool, self.counters, self._refuse, self._stop)  # fmt: skip
+        self.writer = MemoryWriter(lambda: self.cfg, memory, self.forwarder, self.counters, self._refuse, self._warn,
+                                   robot)  # fmt: skip
+        self._writer_thread = self.supervisor.thread("memory-writer", self._write_loop)
+        if self.forwarder is not None:
+            self.supervisor.thread("memory-forward", self.forwarder.loop)
         self.supervisor.thread("diagnostics", self._report)
-        self._warn_query = Throttle()
-        self._last_query_error = ""
-        self._response = transport.msg(QUERY_MEMORY + RESPONSE)
+        self.queries = MemoryQueries(memory, text, self.counters, transport)
         self._service = transport.service(cfg.query_service, QUERY_MEMORY, self.on_query)
 
     # service thread -----------------------------------------------------------------------
     def on_query(self, req: Any) -> Any:
-        """One QueryMemory request → its response; a bad query is answered with ok=false and the reason."""
-        self.counters.inc("queries")
-        try:
-            matches, note = self.query(req)
-        except OpenclawError as err:  # QueryError, StoreMismatch, the text tower's errors
-            self.counters.inc("queries_refused")
-            self._last_query_error = str(err)
-            self._warn_query(log.warning, "query refused: %s", err)
-            return self._response(ok=False, error=str(err), model_id=self.memory.model_id or "", stamps_ns=[],
-                                  frame_ids=[], cameras=[], robots=[], scores=[])  # fmt: skip
-        return self._response(ok=True, error=note, model_id=self.memory.model_id or "",
-                              stamps_ns=[m.stamp_ns for m in matches], frame_ids=[m.frame_id for m in matches],
-                              cameras=[m.camera for m in matches], robots=[m.robot for m in matches],
-                              scores=self.transport.float_array([m.score for m in matches]))  # fmt: skip
+        """One QueryMemory request → its response (memory_queries.MemoryQueries)."""
+        return self.queries.on_query(req)
 
     def query(self, req: Any) -> tuple[list, str]:
-        """The matches of one request, and a note for the caller ("" or why only the local cache answered)."""
-        from ..memory.store import StoreUnavailable
-
-        try:
-            return self._search(req, local_only=False), ""
-        except StoreUnavailable as err:
-            if not self.memory.held:
-                raise
-            self.counters.inc("queries_local")
-            self._warn_query(log.warning, "query answered from the local cache only: %s", err)
-            return self._search(req, local_only=True), (
-                f"the server did not answer ({err}): answered from this robot's {self.memory.held} newest rows only"
-            )
-
-    def _search(self, req: Any, local_only: bool) -> list:
-        text = str(req.text).strip()
-        vector = np.asarray(req.vector, np.float32).reshape(-1)
-        if bool(text) == bool(vector.size):
-            raise QueryError("give either text or a vector (not both, not neither)")
-        top_k = int(req.top_k) or DEFAULT_TOP_K
-        if top_k > MAX_TOP_K:
-            raise QueryError(f"top_k {top_k} is more than {MAX_TOP_K}")
-        since, until = int(req.since_ns) or None, int(req.until_ns) or None
-        if since is not None and until is not None and until < since:
-            raise QueryError(f"the window ends (until_ns {until}) before it starts (since_ns {since})")
-        filters = {"since_ns": since, "until_ns": until, "camera": str(req.camera) or None,
-                   "robot": str(req.robot) or None, "local_only": local_only}  # fmt: skip
-        if text:
-            if self.text is None:
-                raise QueryError("text queries need the text_model parameter (a text tower export of the "
-                                 "store's model); this node answers vector queries only")  # fmt: skip
-            return self.memory.search_text(self.text, text, top_k, **filters)
-        if not np.isfinite(vector).all() or not np.any(vector):
-            raise QueryError(f"the query vector ({vector.size} values) is not a finite non-zero vector")
-        model = str(req.model_id) or self.memory.model_id or ""
-        return self.memory.search(l2_normalise(vector[None])[0], model, top_k, **filters)
+        """The matches of one request, and a note ("" or why only the local cache answered)."""
+        return self.queries.query(req)
 
     # transport thread ---------------------------------------------------------------------
     def _on_features(self, topic: str, msg: Any, _deserialize_s: float) -> None:
@@ -180,15 +135,12 @@ class MemoryNode:
             self.counters.inc("rejected")
             self._warn(log.warning, "rejected features: %d values, not a finite non-zero vector", vec.size)
             return
-        row = (str(msg.model_id), stamp_to_ns(msg.header.stamp), str(msg.header.frame_id), topic,
-               vec)  # fmt: skip
+        row = (str(msg.model_id), stamp_to_ns(msg.header.stamp), str(msg.header.frame_id), topic, vec)
         with self._lock:
-            if len(self._pending) >= self.cfg.queue_rows:
-                full = True
-            else:
-                full = False
+            full = len(self._pending) >= self.cfg.queue_rows
+            if not full:
                 self._pending.append(row)
-                n = len(self._pending)
+            n = len(self._pending)
         if full:
             self.counters.inc("dropped")
             self._warn(log.warning, "dropped a row: %d rows wait to be written (queue_rows)", self.cfg.queue_rows)
@@ -203,138 +155,21 @@ class MemoryNode:
             self.flush()
 
     def _refuse(self, n: int, why: str) -> None:
+        """Rows refused (by the writer or the forwarder): counted, logged, the last reason on /diagnostics."""
         self.counters.inc("refused", n)
         self._last_refusal = why
         self._warn(log.error, "refused %d rows: %s", n, why)
 
     def flush(self) -> None:
         """Write what is pending: one Rows per model (another model's rows are refused alone)."""
-        from ..memory.store import Rows
-
         with self._lock:
             pending, self._pending = self._pending, []
-        if not pending:
-            return
-        by_model: dict[str, list] = {}
-        for row in pending:
-            by_model.setdefault(row[0], []).append(row)
-        free = shutil.disk_usage(self.spool.folder).free if self.spool is not None else self.memory.free_bytes()
-        if free is not None and free < self.cfg.min_free_mb * 2**20:  # never hand the engine a write it cannot end
-            where = "spool's" if self.spool is not None else "store's"
-            self._refuse(len(pending), f"{free / 2**20:.1f} MiB free on the {where} disk, below min_free_mb "
-                         f"{self.cfg.min_free_mb:g}: free space or move the {where[:-2]}")  # fmt: skip
-            return
-        for model, rows in by_model.items():
-            dims = {len(r[4]) for r in rows}
-            for dim in sorted(dims):
-                part = [r for r in rows if len(r[4]) == dim]
-                batch = Rows(np.stack([r[4] for r in part]), [r[1] for r in part], [r[2] for r in part],
-                             [r[3] for r in part], model, self.cfg.source, robot=self.robot)  # fmt: skip
-                try:
-                    if self.spool is not None:
-                        self._spool(batch)
-                        continue
-                    c = self.memory.add(batch)
-                except Exception as err:  # another model, a full disk, the server gone (the engine and its HTTP
-                    # client raise their own types): the rows are refused, counted and logged; the writer goes on
-                    self._refuse(len(part), str(err))
-                    continue
-                self.counters.inc("written", c.written)
-                self.counters.inc("skipped", c.skipped)
-        self.counters.inc("flushes")
-        if self.cfg.max_rows or self.cfg.max_age:
-            try:
-                deleted = self.memory.retain(self.cfg.max_rows, int(self.cfg.max_age * 1e9))
-            except Exception as err:  # retention failing must not stop the writes
-                self._warn(log.error, "retention failed: %r", err)
-            else:
-                self.counters.inc("retained_deleted", deleted)
-
-    def _spool(self, batch) -> None:
-        """A batch into the spool (as much as its bound takes) and the recent cache; the rest refused, counted."""
-        from ..memory.store import StoreMismatch
-
-        n = len(batch.vectors)
-        try:  # a model the server's store is known not to hold could never be forwarded
-            self.memory.check_model(batch.model_id, int(batch.vectors.shape[1]))
-        except StoreMismatch as err:
-            self._refuse(n, str(err))
-            return
-        taken = self.spool.put(batch)
-        if taken:
-            self.memory.remember(batch.take(taken))
-            self.counters.inc("spooled", taken)
-            self._forward_wake.set()
-        if taken < n:
-            self._refuse(n - taken, f"the spool {self.spool.folder} is full (spool_max_mb {self.cfg.spool_max_mb:g}, "
-                         f"{len(self.spool)} rows wait for the server {self.memory.spec}, "
-                         f"{self.spool.aside_rows} were set aside)")  # fmt: skip
-
-    # forwarder thread (a server store) ----------------------------------------------------------
-    def _forward_loop(self) -> None:
-        from ..memory.store import StoreUnavailable
-
-        backoff = 0.0
-        while not self._stop.is_set():
-            if backoff:
-                self._stop.wait(backoff)
-            else:
-                self._forward_wake.wait(self.cfg.flush_period)
-                self._forward_wake.clear()
-            if self._stop.is_set():
-                return
-            try:
-                self.forward()
-            except StoreUnavailable as err:
-                self.counters.inc("forward_failures")
-                self._forward_error = str(err)
-                self._warn_forward(log.warning, "the server does not answer; %d rows wait in the spool: %s",
-                                   len(self.spool), err)  # fmt: skip
-                backoff = min(FORWARD_RETRY_MAX_S, max(self.cfg.flush_period, 2 * backoff))
-            else:
-                if self._forward_error:
-                    log.info("the server answers again: the spool is sent, in order")
-                backoff, self._forward_error = 0.0, ""
+        if pending:
+            self.writer.write(pending)
 
     def forward(self) -> int:
-        """The spool's rows to the server, oldest first, until it is empty or the node stops; each batch
-        deleted from the spool only after the server answered (StoreUnavailable: the rest stay). Rows of a
-        model the store does not hold are refused, counted and deleted: no server would ever take them. A batch
-        the server refuses for good (StoreRefused) is set aside in the spool, counted and logged, so the rows
-        behind it go on."""
-        from ..memory.store import StoreMismatch, StoreRefused
-
-        sent = 0
-        while not self._stop.is_set():
-            batches = self.spool.peek(self.cfg.batch_rows)
-            if not batches:
-                break
-            for b in batches:
-                n = len(b.rows.vectors)
-                try:
-                    c = self.memory.add(b.rows, cache=False)
-                except StoreMismatch as err:
-                    self._refuse(n, str(err))
-                    self.spool.ack(b.last_seq)
-                except StoreRefused as err:
-                    self._set_aside(b, str(err))
-                else:
-                    self.counters.inc("written", c.written)
-                    self.counters.inc("skipped", c.skipped)
-                    self.counters.inc("forwarded", n)
-                    self.spool.ack(b.last_seq)
-                sent += n
-                if self._stop.is_set():
-                    break
-        return sent
-
-    def _set_aside(self, batch, why: str) -> None:
-        """A batch the server refused for good out of the line, kept in the spool's `refused` table."""
-        n = self.spool.set_aside(batch.last_seq, why)
-        self.counters.inc("set_aside", n)
-        self._last_set_aside = why
-        self._warn_aside(log.error, "set aside %d rows (spool seq up to %d) in %s, table refused: the server "
-                         "refused them: %s", n, batch.last_seq, self.spool.folder, why)  # fmt: skip
+        """The spool's rows to the server, oldest first (memory_forward.Forwarder.forward); how many."""
+        return self.forwarder.forward()
 
     # diagnostics and lifecycle ------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
@@ -343,33 +178,29 @@ class MemoryNode:
         out = {**self.counters.snapshot(), "pending": pending, "rows": self.memory.held,
                "model": self.memory.model_id or "", "store": self.memory.spec, "robot": self.robot,
                "transport": self.transport.name, "thread_failures": self.supervisor.failures()}  # fmt: skip
-        if self.spool is not None:  # rows: this robot's cached ones; the server's count is the server's
-            out.update(spool_rows=len(self.spool), spool_mb=round(self.spool.bytes / 2**20, 3),
-                       spool_set_aside=self.spool.aside_rows)  # fmt: skip
+        if self.forwarder is not None:  # rows: this robot's cached ones; the server's count is the server's
+            out.update(self.forwarder.stats())
         return out
 
     def publish_diagnostics(self) -> None:
         st = self.stats()
-        values = dict(st)
         fault = self.supervisor.recent_fault()
+        forwarding = self.forwarder.problem(st) if self.forwarder is not None else ""
         if fault:
             level, text = ERROR, fault
         elif st["refused"]:
             level, text = WARN, f"rows refused: {self._last_refusal}"
-        elif st.get("spool_set_aside"):
-            level, text = WARN, (f"{st['spool_set_aside']} rows set aside in the spool, refused by the server: "
-                                 f"{self._last_set_aside or 'before this start'}")  # fmt: skip
-        elif self._forward_error:
-            level, text = WARN, f"the server does not answer, {st['spool_rows']} rows spooled: {self._forward_error}"
+        elif forwarding:
+            level, text = WARN, forwarding
         elif st["queries_refused"]:
-            level, text = WARN, f"queries refused: {self._last_query_error}"
+            level, text = WARN, f"queries refused: {self.queries.last_error}"
         elif st["dropped"] + st["rejected"]:
             level, text = WARN, "rows dropped or rejected (see the counts)"
-        elif self.spool is not None:
+        elif self.forwarder is not None:
             level, text = OK, f"{st['forwarded']} rows forwarded to {st['store']}, {st['spool_rows']} spooled"
         else:
             level, text = OK, f"{st['rows']} rows in {st['store']}"
-        self._diag.publish(diagnostic_array(self.transport, STATUS_NAME, level, text, values))
+        self._diag.publish(diagnostic_array(self.transport, STATUS_NAME, level, text, dict(st)))
 
     def _report(self) -> None:
         every(lambda: self.cfg.diagnostics_period, self._stop, self.publish_diagnostics)
@@ -387,17 +218,15 @@ class MemoryNode:
                  "transport %s", ", ".join(self.cfg.topics()), self.memory.spec, via, self.robot, self.memory.held,
                  self.memory.model_id or "not yet set",
                  self.cfg.batch_rows, self.cfg.flush_period, self.transport.name)  # fmt: skip
-        log.info(
-            "queries on %s: vectors%s",
-            self.cfg.query_service,
-            f" and text (tower {self.text.model_id})" if self.text is not None else " only (no text_model)",
-        )
+        text = f" and text (tower {self.text.model_id})" if self.text is not None else " only (no text_model)"
+        log.info("queries on %s: vectors%s", self.cfg.query_service, text)
         return self
 
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
-        self._forward_wake.set()
+        if self.forwarder is not None:
+            self.forwarder.wake()
         late = self.supervisor.join(timeout=30)  # a batch being written ends within it
         if late:
             log.warning("thread(s) %s still in a call at stop: not waited for", ", ".join(late))
@@ -409,10 +238,8 @@ class MemoryNode:
             log.exception("final flush or diagnostics failed")
         finally:
             self.memory.close()
-            if self.spool is not None:
-                if len(self.spool):
-                    log.info("%d rows wait in the spool %s: sent at the next start", len(self.spool), self.spool.folder)
-                self.spool.close()
+            if self.forwarder is not None:
+                self.forwarder.close()
 
 
 class MemoryLoadError(OpenclawError, RuntimeError):
