@@ -15,22 +15,22 @@ refuses a text tower of other weights. A server that cannot be reached at start 
 Outages lose nothing silently: a request that fails (server gone, per-request deadline
 `triton_timeout` passed) raises EncoderError, which the node counts as a failed frame with the
 reason in its throttled log. The encoder then marks the server down and, with a backoff that
-doubles from BACKOFF_S to BACKOFF_MAX_S, reconnects on a fresh channel (gRPC's own channel backoff
-reaches two minutes), re-checks the model id and re-registers the region; frames in between fail
-at once without a network call. The recovery is logged with how long the server was away.
-`status()` is the state /diagnostics shows.
+doubles from BACKOFF_S to BACKOFF_MAX_S (triton_outage.py), reconnects on a fresh channel (gRPC's
+own channel backoff reaches two minutes), re-checks the model id and re-registers the region; frames
+in between fail at once without a network call. The recovery is logged with how long the server was
+away. `status()` is the state /diagnostics shows.
+
+The encoder here is the request, its batching and the order of the steps; each role it holds is a
+module beside it: triton_channel.py (the connection and the served model's check), triton_region.py
+(the shared-memory region), triton_outage.py (the down state and its backoff). The helpers above the
+class (model name, config parameters, local metadata) are shared with serving/.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import logging
-import os
 import socket
 import threading
-import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -48,15 +48,14 @@ from .base import (
     one_line,
 )
 from .options import EncoderOptions
+from .triton_channel import DTYPES, Channel
+from .triton_outage import Outage
+from .triton_region import Region
 
 log = logging.getLogger(__name__)
 
 #: the model config parameters that say what the server's model is (written by triton-repo and serve)
 PARAMETER_KEYS = ("model_id", "precision", "image_size", "embed_dim")
-#: Triton's datatype names of the pixel inputs we send
-DTYPES = {"FP32": np.float32, "FP16": np.float16}
-BACKOFF_S = 0.2
-BACKOFF_MAX_S = 5.0
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
@@ -113,44 +112,30 @@ def same_host(url: str) -> bool:
     return bool(mine & theirs)
 
 
-def _unwrap(parameters: Mapping[str, Any]) -> dict[str, str]:
-    """A model config's `parameters` map ({key: {string_value: v}}) as plain strings."""
-    return {k: (v.get("string_value", "") if isinstance(v, Mapping) else str(v)) for k, v in parameters.items()}
-
-
 class TritonEncoder(HostInput):
-    """`max_batch` is the server model's max_batch_size (larger batches are sent in parts)."""
+    """`max_batch` is the server model's max_batch_size (larger batches are sent in parts).
+
+    It holds its roles: the channel (connection and the served model's check), the shared-memory
+    region, the outage state; what is left here is the request itself and the order of the steps."""
 
     backend = "triton"
 
     def __init__(self, model_path: str | Path, options: EncoderOptions | None = None) -> None:
-        try:
-            import tritonclient.grpc as grpcclient
-            from tritonclient.utils import InferenceServerException
-        except ImportError as err:
-            raise EncoderError(f"the triton backend needs `pip install openclaw_vision[triton]` ({err})") from err
-        self._grpc, self._server_error = grpcclient, InferenceServerException
         o = options or EncoderOptions()
+        # the channel first: it says when tritonclient is missing, before any other check
+        self.channel = Channel(o.triton_url, o.triton_model or model_name(model_path), o.triton_model_version,
+                               o.triton_timeout)  # fmt: skip
         if o.triton_shared_memory not in ("auto", "off"):
             raise EncoderError(f"triton_shared_memory={o.triton_shared_memory!r}: choose auto or off")
         self.options = o
-        path = check_model_file(model_path)
-        self.info = read_local_info(path)
+        self.info = read_local_info(check_model_file(model_path))
         self.model_id, self.precision = self.info.model_id, self.info.precision
         self.image_size, self.embed_dim = self.info.image_size, self.info.embed_dim
         self.url, self.timeout = o.triton_url, o.triton_timeout
-        self.model = o.triton_model or model_name(path)
-        self.version = o.triton_model_version
+        self.model, self.version = self.channel.model, self.channel.version
         self._lock = threading.Lock()  # one request at a time per encoder, as for every backend
-        self._client = None
-        self._region: dict[str, Any] | None = None  # the local shared-memory region (created once)
-        self._registered = False
-        self._down_since: float | None = None
-        self._down_reason = ""
-        self._retry_at = 0.0
-        self._backoff = BACKOFF_S
-        self.failed_while_down = 0
-        self.reconnects = 0
+        self.region = Region(self.channel.server_error)
+        self.outage = Outage(self.url)
         self.use_shm = o.triton_shared_memory == "auto" and same_host(self.url)
         try:
             self._connect()
@@ -159,95 +144,42 @@ class TritonEncoder(HostInput):
             raise
         log.info(
             "triton: %s version %s at grpc://%s, model %s (%s), input %s %s, max batch %d, shared memory %s",
-            self.model, self.version or "latest", self.url, self.model_id, self.precision, self._input,
-            self._datatype, self.max_batch, "on" if self._registered else "off",
+            self.model, self.version or "latest", self.url, self.model_id, self.precision, self.channel.input,
+            self.channel.datatype, self.max_batch, "on" if self.region.registered else "off",
         )  # fmt: skip
+
+    @property
+    def max_batch(self) -> int:
+        """The served model's max_batch_size, as the last connection read it."""
+        return self.channel.max_batch
+
+    # the outage's counters, still read as the encoder's attributes
+    failed_while_down = property(lambda self: self.outage.failed_while_down, doc="frames failed fast in this outage")
+    reconnects = property(lambda self: self.outage.reconnects, doc="outages recovered from since the start")
 
     # connection -------------------------------------------------------------------------
     def _connect(self) -> None:
         """A fresh channel, the server's model checked against the local id, the region registered."""
-        if self._client is not None:
-            self._close_client()
-        try:
-            self._client = self._grpc.InferenceServerClient(url=self.url)
-            meta = self._client.get_model_metadata(self.model, self.version, as_json=True, client_timeout=self.timeout)
-            config = self._client.get_model_config(self.model, self.version, as_json=True, client_timeout=self.timeout)
-        except self._server_error as err:
-            raise EncoderError(f"Triton at grpc://{self.url}: model {self.model!r}: {one_line(err)}") from err
-        config = config.get("config", config)
-        served = _unwrap(config.get("parameters", {}))
-        # the gate judges the served model by the server's verdict, not the local file's (gating.py)
-        local = {k: v for k, v in self.info.metadata.items() if k != gate.RUNTIMES_KEY}
-        if gate.RUNTIMES_KEY in served:
-            local[gate.RUNTIMES_KEY] = served[gate.RUNTIMES_KEY]
-        self.info = dataclasses.replace(self.info, metadata=local)
-        if served.get("model_id") != self.model_id:
-            raise EncoderError(
-                f"Triton at grpc://{self.url} serves {self.model!r} with model id {served.get('model_id')!r}, but the "
-                f"local model is {self.model_id!r}: other weights (refused; serve this model with `openclaw-vision "
-                "serve` or `triton-repo`)"
-            )
-        inp, out = meta["inputs"][0], meta["outputs"][0]
-        if inp["datatype"] not in DTYPES:
-            raise EncoderError(f"Triton model {self.model!r} takes {inp['datatype']}; expected FP32 or FP16 pixels")
-        self._input, self._output, self._datatype = inp["name"], out["name"], inp["datatype"]
-        self.max_batch = max(1, int(config.get("max_batch_size", 0) or 1))
+        self.info = self.channel.open(self.info)
         if self.use_shm:
-            self._register()
-
-    def _register(self) -> None:
-        """One region per encoder: the largest request's pixels, then its output. A server that cannot
-        open it (another container without /dev/shm shared) gets plain gRPC, with a log line."""
-        from tritonclient.utils import shared_memory as shm
-
-        s, item = self.image_size, np.dtype(DTYPES[self._datatype]).itemsize
-        in_bytes = self.max_batch * 3 * s * s * item
-        size = in_bytes + self.max_batch * self.embed_dim * 4
-        if self._region is None or self._region["size"] < size:
-            if self._region is not None:
-                shm.destroy_shared_memory_region(self._region["handle"])
-            name = f"openclaw_{os.getpid()}_{id(self):x}"
-            handle = shm.create_shared_memory_region(name, "/" + name, size)
-            self._region = {"name": name, "handle": handle, "size": size, "out_offset": in_bytes}
-        try:
-            self._client.register_system_shared_memory(self._region["name"], "/" + self._region["name"], size,
-                                                       client_timeout=self.timeout)  # fmt: skip
-            self._registered = True
-        except self._server_error as err:
-            self._registered = False
-            log.warning("triton: the server cannot map shared memory (%s); sending pixels over gRPC", one_line(err))
-
-    def _close_client(self) -> None:
-        with contextlib.suppress(Exception):  # a channel to a dead server: nothing left to close
-            self._client.close()
-        self._client = None
+            s, item = self.image_size, np.dtype(DTYPES[self.channel.datatype]).itemsize
+            in_bytes, out_bytes = self.max_batch * 3 * s * s * item, self.max_batch * self.embed_dim * 4
+            self.region.register(self.channel.client, in_bytes, out_bytes, self.timeout)
 
     def _mark_down(self, reason: str) -> None:
-        now = time.monotonic()
-        if self._down_since is None:
-            self._down_since, self._backoff = now, BACKOFF_S
-            log.warning("triton: server at grpc://%s lost: %s; reconnecting with backoff", self.url, reason)
-        else:
-            self._backoff = min(self._backoff * 2, BACKOFF_MAX_S)
-        self._down_reason, self._registered = reason, False
-        self._retry_at = now + self._backoff
+        self.outage.mark_down(reason)
+        self.region.registered = False
 
     def _ensure_up(self) -> None:
-        if self._down_since is None:
+        """Nothing while the server is up; while it is down, fail fast or (backoff passed) reconnect."""
+        if not self.outage.retry_due():
             return
-        if time.monotonic() < self._retry_at:
-            self.failed_while_down += 1
-            raise EncoderError(f"Triton at grpc://{self.url} unreachable ({self._down_reason}); next try in "
-                               f"{self._retry_at - time.monotonic():.1f} s")  # fmt: skip
         try:
             self._connect()
         except EncoderError as err:
             self._mark_down(one_line(err))
             raise
-        self.reconnects += 1
-        log.warning("triton: server at grpc://%s back after %.1f s (%d frames failed fast meanwhile)", self.url,
-                    time.monotonic() - self._down_since, self.failed_while_down)  # fmt: skip
-        self._down_since, self.failed_while_down = None, 0
+        self.outage.recovered()
 
     # inference --------------------------------------------------------------------------
     def encode(self, pixels: np.ndarray) -> Embedding:
@@ -256,22 +188,18 @@ class TritonEncoder(HostInput):
             raise EncoderError(f"expected pixels (N, 3, {s}, {s}), got {pixels.shape}")
         with self._lock:
             self._ensure_up()
-            x = np.ascontiguousarray(pixels, DTYPES[self._datatype])
+            x = np.ascontiguousarray(pixels, DTYPES[self.channel.datatype])
             parts = [self._infer(x[i : i + self.max_batch]) for i in range(0, len(x), self.max_batch)]
         out = parts[0] if len(parts) == 1 else np.concatenate(parts)
         return Embedding(l2_normalise(checked_output(out, len(pixels), self.embed_dim, self.backend)), self.model_id)
 
     def _request(self, x: np.ndarray):
         """The request's input and requested output: the pixels in the region (shared memory) or inline."""
-        g = self._grpc
-        inp = g.InferInput(self._input, list(x.shape), self._datatype)
-        out = g.InferRequestedOutput(self._output)
-        if self._registered:
-            from tritonclient.utils import shared_memory as shm
-
-            shm.set_shared_memory_region(self._region["handle"], [x])
-            inp.set_shared_memory(self._region["name"], x.nbytes)
-            out.set_shared_memory(self._region["name"], len(x) * self.embed_dim * 4, offset=self._region["out_offset"])
+        g, c = self.channel.grpc, self.channel
+        inp = g.InferInput(c.input, list(x.shape), c.datatype)
+        out = g.InferRequestedOutput(c.output)
+        if self.region.registered:
+            self.region.attach(x, inp, out, len(x) * self.embed_dim * 4)
         else:
             inp.set_data_from_numpy(x)
         return inp, out
@@ -283,7 +211,8 @@ class TritonEncoder(HostInput):
             from tritonclient.grpc._utils import _get_inference_request
 
             with self._lock:
-                inp, out = self._request(np.zeros((n, 3, self.image_size, self.image_size), DTYPES[self._datatype]))
+                x = np.zeros((n, 3, self.image_size, self.image_size), DTYPES[self.channel.datatype])
+                inp, out = self._request(x)
                 req = _get_inference_request(self.model, [inp], self.version, "", [out], 0, False, False, 0, None, None)
             return int(req.ByteSize())
         except Exception:  # a private helper of tritonclient: the figure is optional
@@ -292,47 +221,28 @@ class TritonEncoder(HostInput):
     def _infer(self, x: np.ndarray) -> np.ndarray:
         inp, out = self._request(x)
         try:
-            res = self._client.infer(self.model, [inp], model_version=self.version, outputs=[out],
-                                     client_timeout=self.timeout)  # fmt: skip
-        except self._server_error as err:
+            res = self.channel.client.infer(self.model, [inp], model_version=self.version, outputs=[out],
+                                            client_timeout=self.timeout)  # fmt: skip
+        except self.channel.server_error as err:
             reason = one_line(err)
             self._mark_down(reason)
             raise EncoderError(f"Triton request to grpc://{self.url} failed: {reason}") from err
-        if self._registered:
-            from tritonclient.utils import shared_memory as shm
-
-            shape = res.get_output(self._output).shape
-            return shm.get_contents_as_numpy(self._region["handle"], np.float32, list(shape),
-                                             offset=self._region["out_offset"]).copy()  # fmt: skip
-        return res.as_numpy(self._output).astype(np.float32, copy=False)
+        if self.region.registered:
+            return self.region.read(res.get_output(self.channel.output).shape)
+        return res.as_numpy(self.channel.output).astype(np.float32, copy=False)
 
     # state and shutdown -----------------------------------------------------------------
     def status(self) -> dict[str, Any]:
         """The server state /diagnostics shows (encoder_node reads it when the encoder has it)."""
-        down = self._down_since is not None
         return {
             "triton_url": f"grpc://{self.url}",
             "triton_model": f"{self.model}/{self.version or 'latest'}",
-            "triton_server": f"unreachable: {self._down_reason}" if down else "connected",
-            "triton_down_s": round(time.monotonic() - self._down_since, 1) if down else 0.0,
-            "triton_reconnects": self.reconnects,
-            "triton_shared_memory": "on" if self._registered else "off",
+            **self.outage.status(),
+            "triton_shared_memory": "on" if self.region.registered else "off",
         }
 
     def close(self) -> None:
         """Unregister and remove the shared-memory region, close the channel (idempotent)."""
         with self._lock:
-            if self._registered and self._client is not None:
-                try:
-                    self._client.unregister_system_shared_memory(self._region["name"], client_timeout=self.timeout)
-                except Exception as err:  # the server is gone: its registrations went with it
-                    log.info("triton: unregistering shared memory: %s", one_line(err))
-            self._registered = False
-            if self._region is not None:
-                from tritonclient.utils import shared_memory as shm
-
-                with contextlib.suppress(FileNotFoundError):  # someone removed /dev/shm's entry already
-                    shm.destroy_shared_memory_region(self._region["handle"])
-                self._region = None
-            if self._client is not None:
-                self._close_client()
+            self.region.close(self.channel.client, self.timeout)
+            self.channel.close()
