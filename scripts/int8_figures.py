@@ -13,8 +13,8 @@ left in `--out`, on quiet cores (only the groups of `--profiles`). ViT-bigG/14 t
 
 For each architecture and each outlier profile (quant/profiles.py; `none` is the random-init export):
 
-- plain: `quantize` with migration off, every GEMM INT8 (max_float 0), today's calibration (percentile);
-  written whatever its verdict (the gate's bounds relaxed for the write only) and judged here by the
+- plain: `quantize` with migration, split and centring off, every GEMM INT8 (max_float 0), today's calibration
+  (percentile); written whatever its verdict (the gate's bounds relaxed for the write only) and judged here by the
   real GateSpec, so its latency can be measured too;
 - ours: `quantize` as `openclaw-vision quantize` runs it (migration, split, sensitivity, partition), with the
   default scheme s8s8 (signed symmetric activations: the one model TensorRT, OpenVINO and ONNX Runtime all run);
@@ -218,7 +218,7 @@ def run_arch(name: str, profile_names: list[str], frames: list, args, folder: Pa
         plain_path, ours_path = paths["plain"], paths["ours"]
         plain = None
         if "plain" in args.variants:
-            plain = quantize(QuantOptions(fp32, out=plain_path, smooth=False, split=False, max_float=0,
+            plain = quantize(QuantOptions(fp32, out=plain_path, smooth=False, split=False, centre=False, max_float=0,
                                           sensitivity=False, gate=WRITE_ANYWAY, **common), frames)  # fmt: skip
         ours = quantize(QuantOptions(fp32, out=ours_path, **common), frames)
         ours_u8, u8_path = None, folder / f"{name}.{profile}.ours-u8.int8.onnx"
@@ -256,6 +256,7 @@ def run_arch(name: str, profile_names: list[str], frames: list, args, folder: Pa
                 row["kept_float"] = run.sections["kept_float_labels"]
                 row["migrated"] = run.sections["migration"]["migrated"]
                 row["split"] = run.sections["split"]["layers"]  # FC2s whose outlier units run apart in FP32
+                row["centred"] = len(run.sections["centre"]["layers"])  # FC2 inputs shifted to a symmetric range
                 row["trials"] = run.sections["trials"]  # the partition's tries: what each kept float gave
             if variant == "plain":
                 row["gate_onnxruntime"] = plain.worst.passes(GateSpec())

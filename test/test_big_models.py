@@ -177,7 +177,8 @@ def test_quantize_streams_an_external_data_model_into_an_external_data_int8_mode
     names = [p["name"] for p in r["phases"]]
     # the migration needs the FP32 pass's per-channel ranges, and the weights are quantised once migrated
     assert names[:4] == ["read and preprocess frames", "FP32: calibration pass and reference embeddings",
-                         "outliers: migration (LayerNorm → GEMM), FC2 split", "quantise weights"]  # fmt: skip
+                         "outliers: migration (LayerNorm → GEMM), FC2 split, FC2 centring",
+                         "quantise weights"]  # fmt: skip
     assert all(p["peak_rss_mb"] > 0 and p["seconds"] >= 0 for p in r["phases"])
     assert r["calibration"]["passes"] == 1
 

@@ -125,7 +125,8 @@ def test_plain_int8_fails_the_gate_and_the_outlier_aware_default_passes(profile,
 
     model = profile_models[profile]
     plain = _quantize(
-        model, calib_frames, tmp_path / "plain.onnx", smooth=False, split=False, max_float=0, sensitivity=False
+        model, calib_frames, tmp_path / "plain.onnx", smooth=False, split=False, centre=False, max_float=0,
+        sensitivity=False,
     )
     assert not plain.passed and not (tmp_path / "plain.onnx").exists()  # the gate refuses it: no model written
     # the default path; max_float 3: the tiny tower's default (a quarter of its 10 layers) is 2
@@ -141,6 +142,10 @@ def test_plain_int8_fails_the_gate_and_the_outlier_aware_default_passes(profile,
         split = r["split"]["layers"]
         assert split and all(s["layer"].endswith("mlp_proj") and s["units"] for s in split)
         assert not any(label.endswith("mlp_proj") for label in r["kept_float_labels"])
+    # each FC2 input (a GELU's: [-0.17, hi]) is shifted to a symmetric range, half the s8 step (quant/centre.py)
+    centred = r["centre"]["layers"]
+    assert [c["layer"] for c in centred] == ["block0.mlp_proj", "block1.mlp_proj"]
+    assert all(c["shift"] > 0 and c["step_ratio"] < 0.6 for c in centred)
     assert explicit_quantisation_problems(tmp_path / "ours.onnx") == []  # still TensorRT's Q/DQ form
     # the gate held frames of another source (quant/shift.py) to the same bounds, and reports the gap
     assert r["shift"]["frames"] > 0 and "shift" in r["per_resolution"]
@@ -164,12 +169,13 @@ def test_shift_scenes_are_another_source_and_the_gap_is_reported():
 
 
 def test_migration_keeps_the_fp32_function(profile_models, calib_frames, tmp_path):
-    """The migrated and split FP32 graph (before any INT8) computes what the export computes."""
+    """The migrated, split and centred FP32 graph (before any INT8) computes what the export computes."""
     import onnx
 
     from openclaw_vision.core.ortsession import session
-    from openclaw_vision.quant import calibrate, smooth, split
+    from openclaw_vision.quant import calibrate, centre, smooth, split
     from openclaw_vision.quant.graph import quantisable_layers
+    from openclaw_vision.quant.qdq import S8_MAX
 
     model = onnx.load(str(profile_models["clip-like"]))
     layers = quantisable_layers(model)
@@ -193,6 +199,21 @@ def test_migration_keeps_the_fp32_function(profile_models, calib_frames, tmp_pat
     for p in weights:
         i = next(k for k, t in enumerate(graph.graph.initializer) if t.name == p.name)
         graph.graph.initializer[i].CopyFrom(onnx.numpy_helper.from_array(p.produce(), p.name))
+    # and the FC2 inputs centred (quant/centre.py) on what the split left: a Sub each, FC2's bias corrected
+    obs = session(calibrate.observation_model(graph, fc2).SerializeToString(), level="basic")
+    split_ranges = calibrate.compute_ranges(calibrate.collect_stats(obs, fc2, [x]), "minmax")
+    centres = centre.plan(layers, split_ranges, "s8s8")
+    assert [c.layer.activation for c in centres] == fc2 and centre.plan(layers, split_ranges, "u8s8") == []
+    inits = {i.name: i for i in graph.graph.initializer}
+    graph = centre.rewrite(graph, centres, lambda name: onnx.numpy_helper.to_array(inits[name]))
+    obs = session(calibrate.observation_model(graph, fc2).SerializeToString(), level="basic")
+    shifted = calibrate.compute_ranges(calibrate.collect_stats(obs, fc2, [x]), "minmax")
+    for c, a in zip(centres, fc2, strict=True):
+        want, before = c.shifted(split_ranges[a]), split_ranges[a]
+        step = want.hi / S8_MAX
+        assert want.hi == pytest.approx(-want.lo) and step < 0.6 * before.absmax / S8_MAX  # symmetric: a finer step
+        assert c.c / step == pytest.approx(round(c.c / step), abs=1e-6)  # whole steps: 0 stays a grid point
+        assert abs(shifted[a].lo - want.lo) <= step and abs(shifted[a].hi - want.hi) <= step  # what it measures
     a = session(model.SerializeToString()).run(None, {"pixel_values": x})[0]
     b = session(graph.SerializeToString()).run(None, {"pixel_values": x})[0]
     cos = np.sum(a * b, 1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)

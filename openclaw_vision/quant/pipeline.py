@@ -46,7 +46,7 @@ from ..core.ortsession import session
 from ..core.phases import PhaseLog
 from ..encoders import gating
 from ..models import onnx_files
-from . import calibrate, crossmodal, data, memory, partition, sensitivity, shift, smooth, split
+from . import calibrate, centre, crossmodal, data, memory, partition, sensitivity, shift, smooth, split
 from .evaluate import Evaluator, embed, worst
 from .graph import quantisable_layers
 from .qdq import SCHEMES, build_probe_model, build_qdq_model, build_switch_model
@@ -113,6 +113,7 @@ class QuantOptions:
     partition_runtimes: tuple[str, ...] = ("onnxruntime",)  # the runtimes the partition's gate scores on
     smooth: bool = True  # outlier migration into the LayerNorms before INT8 (smooth.py); False: the plain path
     split: bool = True  # FC2 outlier units to an FP32 side path (split.py); False: the plain path
+    centre: bool = True  # asymmetric FC2 inputs shifted to a symmetric range under s8s8 (centre.py); False: plain
     shift: Path | None = None  # the gate's distribution-shift row: another bag or image folder (None: shift.scenes)
     shift_frames: int = 16  # frames of the shift row (0: no shift row)
 
@@ -224,7 +225,7 @@ def calibration_phase(ws: Workspace, layers, qdata, opts: QuantOptions, progress
     With migration on, the migratable activations also keep a row sample (smooth.ROWS rows each)."""
     tensors = sorted({layer.activation for layer in layers})
     rows = {g.activation: smooth.ROWS for g in smooth.groups(ws.graph, layers)} if opts.smooth else {}
-    keep = bool(rows) or opts.split  # the per-channel |max| the split chooses its units by
+    keep = bool(rows) or opts.split or opts.centre  # the split's per-channel |max|; the outlier phase runs on these
     observe = ws.write(calibrate.observation_model(ws.graph, tensors), "observe")
     obs = session(observe, opts.threads, level="basic", quiet=True)
     batch = calibrate.observe_batch(obs, tensors)
@@ -238,42 +239,56 @@ def calibration_phase(ws: Workspace, layers, qdata, opts: QuantOptions, progress
     return Calibration(ranges, reference, batch, per_image, stats if keep else {})
 
 
-def outlier_phase(ws: Workspace, layers, qdata, cal: Calibration, opts: QuantOptions, progress) -> tuple[list, list]:
+@dataclass
+class Outliers:
+    """What the outlier phase did: every migratable activation's `smooth.Migration` (alpha None: left as it was),
+    each `split.Split` and each `centre.Centre`."""
+
+    migrations: list = field(default_factory=list)
+    splits: list = field(default_factory=list)
+    centres: list = field(default_factory=list)
+
+
+def outlier_phase(ws: Workspace, layers, qdata, cal: Calibration, opts: QuantOptions, progress) -> Outliers:
     """Outlier migration (smooth.py: alpha per migratable activation) and the FC2 split (split.py: outlier hidden
-    units to an FP32 side path), folded into the workspace's FP32 graph in one rewrite; then the changed
-    activations' ranges are measured again (one FP32 pass over those tensors only).
-    Returns the `smooth.Migration` of every migratable activation (alpha None: left as it was) and each
-    `split.Split`."""
+    units to an FP32 side path), folded into the workspace's FP32 graph in one rewrite; the changed activations'
+    ranges measured again (one FP32 pass over those tensors, and over every FC2 input when centring is on); then
+    the asymmetric FC2 inputs centred (centre.py: s8s8 only) with the ranges of that pass."""
     if not cal.stats:
-        return [], []
+        return Outliers()
     reader = ws.reader()
     migrations = smooth.plan(ws.graph, layers, cal.stats, reader.array, opts.scheme, progress) if opts.smooth else []
     splits = split.plan(layers, cal.stats) if opts.split else []
     cal.stats = {}  # the row samples are spent (ViT-bigG-14: hundreds of MB)
     moved = [m for m in migrations if m.alpha is not None]
-    if not moved and not splits:
-        return migrations, splits
+    fc2 = {layer.activation for layer in centre.candidates(layers, opts.scheme)} if opts.centre else set()
+    if not moved and not splits and not fc2:
+        return Outliers(migrations, splits)
     graph, weights = smooth.rewrite(ws.graph, migrations, reader.array)
     graph, weights = split.rewrite(graph, splits, weights, reader.array)
     ws.replace(graph, weights)
-    tensors = sorted({m.group.activation for m in moved} | {sp.fc2.activation for sp in splits})
+    tensors = sorted({m.group.activation for m in moved} | {sp.fc2.activation for sp in splits} | fc2)
     obs = session(ws.write(calibrate.observation_model(ws.graph, tensors), "observe-rewritten"), opts.threads,
                   level="basic", quiet=True)  # fmt: skip
     stats = calibrate.collect_stats(obs, tensors, qdata.batches(calibrate.observe_batch(obs, tensors)), progress)
     del obs
+    measured = {m: calibrate.compute_ranges(stats, m, opts.percentile) for m in calibrate.METHODS}
+    centres = centre.plan(layers, measured[opts.method], opts.scheme) if opts.centre else []
+    if centres:
+        ws.replace(centre.rewrite(ws.graph, centres, ws.reader().array), [])
     # A migrated activation keeps its whole range under every method: alpha was chosen for that scale (smooth.py),
     # and what remains widest there is what migration left on purpose, e.g. the massive-activation tokens, 4 values
     # in 263k a frame on ViT-L/14: percentile 99.99 clipped them, and with them the attention sinks every later
-    # block reads (mean cosine 0.974 every layer INT8; the QKV GEMMs kept float: 0.9998).
-    migrated = {m.group.activation for m in moved}
-    kept = calibrate.compute_ranges({t: stats[t] for t in migrated}, "minmax")
+    # block reads (mean cosine 0.974 every layer INT8; the QKV GEMMs kept float: 0.9998). A centred one has each
+    # method's range of the unshifted tensor, shifted (centre.py says why).
     for m in calibrate.METHODS:
-        cal.ranges[m].update(calibrate.compute_ranges(stats, m, opts.percentile))
-        cal.ranges[m].update(kept)
+        cal.ranges[m].update(measured[m])
+        cal.ranges[m].update({mg.group.activation: measured["minmax"][mg.group.activation] for mg in moved})
+        cal.ranges[m].update({ce.layer.activation: ce.shifted(measured[m][ce.layer.activation]) for ce in centres})
     for sp in splits:
         log.info("split %s: units %s (|max| %s, median unit %.3g) to an FP32 side path", sp.fc2.label, sp.units,
                  [round(a, 1) for a in sp.absmax], sp.median)  # fmt: skip
-    return migrations, splits
+    return Outliers(migrations, splits, centres)
 
 
 @dataclass
@@ -430,8 +445,7 @@ class Found:
     checks: Checks
     max_float: int
     int8_files: list[str]
-    migrations: list = field(default_factory=list)  # smooth.Migration per migratable activation
-    splits: list = field(default_factory=list)  # split.Split per FC2 whose outlier units run apart in FP32
+    outliers: Outliers = field(default_factory=Outliers)
 
 
 def _calibration_section(opts: QuantOptions, f: Found) -> dict:
@@ -495,9 +509,10 @@ def _sensitivity_sections(opts: QuantOptions, f: Found) -> dict:
 
 def _migration_section(opts: QuantOptions, f: Found) -> dict:
     """Each migrated layer with its alpha (and each migratable one left as it was), for the report."""
-    moved = [m for m in f.migrations if m.alpha is not None]
-    return {"on": opts.smooth, "migrated": len(moved), "migratable": len(f.migrations),
-            "layers": [m.as_dict() for m in f.migrations]}  # fmt: skip
+    migrations = f.outliers.migrations
+    moved = [m for m in migrations if m.alpha is not None]
+    return {"on": opts.smooth, "migrated": len(moved), "migratable": len(migrations),
+            "layers": [m.as_dict() for m in migrations]}  # fmt: skip
 
 
 def _vision_config(meta: dict[str, str]):
@@ -547,9 +562,10 @@ def sections(opts: QuantOptions, f: Found) -> dict:
         "kept_float_labels": [next(x.label for x in layers if x.node == n) for n in part.kept_float],
         "float_by_construction": "LayerNormalization, Softmax, GELU, residual Add, attention QK^T and PV MatMuls",
         "migration": _migration_section(opts, f),
-        "split": {"on": opts.split, "layers": [sp.as_dict() for sp in f.splits]},
+        "split": {"on": opts.split, "layers": [sp.as_dict() for sp in f.outliers.splits]},
+        "centre": {"on": opts.centre, "layers": [ce.as_dict() for ce in f.outliers.centres]},
         "int8_flop_share": round(int8_flop_share(f.src.layers, part.kept_float, f.src.meta,
-                                                 sum(len(sp.units) for sp in f.splits)), 4),
+                                                 sum(len(sp.units) for sp in f.outliers.splits)), 4),
         "max_float": f.max_float,
         "trials": [{"keep_float": t.keep_float, **worst(t.metrics).as_dict(), "passed": t.passed(opts.gate)}
                    for t in part.trials],
@@ -635,10 +651,10 @@ def quantize(opts: QuantOptions, frames=None) -> QuantResult:
     with Workspace(opts.fp32_model, opts.out.parent) as ws:
         with phases.phase("FP32: calibration pass and reference embeddings"):
             cal = calibration_phase(ws, layers, qdata, opts, progress)
-        with phases.phase("outliers: migration (LayerNorm → GEMM), FC2 split"):
-            migrations, splits = outlier_phase(ws, layers, qdata, cal, opts, progress)
+        with phases.phase("outliers: migration (LayerNorm → GEMM), FC2 split, FC2 centring"):
+            outliers = outlier_phase(ws, layers, qdata, cal, opts, progress)
         with phases.phase("quantise weights"):
-            ws.quantise_weights(layers, progress)
+            ws.quantise_weights(layers, progress, frozenset(ce.layer.weight for ce in outliers.centres))
         text_ref, text_note = (
             crossmodal.find_reference(src.model_id or opts.fp32_model.stem, opts.text_model, opts.threads)
             if opts.text
@@ -673,7 +689,7 @@ def quantize(opts: QuantOptions, frames=None) -> QuantResult:
             elif opts.out.exists():
                 onnx_files.remove_model(opts.out)  # a stale model from an earlier passing run must not look current
     found = Found(src, qdata, cal, text_ref, text_note, evaluator, methods, rank, part, by_runtime, checks,
-                  max_float, int8_files, migrations, splits)  # fmt: skip
+                  max_float, int8_files, outliers)  # fmt: skip
     return QuantResult(
         passed=part.passed, model=src.model_id or opts.fp32_model.stem, gate=opts.gate, worst=worst(part.metrics),
         kept_float=part.kept_float, layers=len(layers), int8_model=str(opts.out) if part.passed else None,

@@ -22,29 +22,52 @@ from .calibrate import Range
 from .graph import Layer
 
 SCHEMES = ("s8s8", "u8s8")
+#: Magnitude levels of the symmetric signed scheme, weights and s8s8 activations alike: scale = |max| / S8_MAX.
+S8_MAX = 127
 
 
 def activation_qparams(r: Range, scheme: str) -> tuple[np.ndarray, np.ndarray]:
     """(scale float32 scalar, zero point scalar) for one activation tensor."""
     if scheme == "s8s8":
-        return np.array(r.absmax / 127.0, np.float32), np.array(0, np.int8)
+        return np.array(r.absmax / S8_MAX, np.float32), np.array(0, np.int8)
     span = max(r.hi - r.lo, 1e-12)
     scale = span / 255.0
     zp = int(np.clip(round(-r.lo / scale), 0, 255))
     return np.array(scale, np.float32), np.array(zp, np.uint8)
 
 
-def quantise_weight(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetric per-channel INT8 along `axis`: (int8 weights, float32 scales)."""
+def quantise_weight(w: np.ndarray, axis: int, keep_sums: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric per-channel INT8 along `axis`: (int8 weights, float32 scales).
+
+    keep_sums: round so that each output channel's quantised weights sum to its float weights' sum within half
+    a step (the few elements nearest a rounding boundary round the other way). A GEMM whose input was shifted by
+    a constant (centre.py) adds that constant times these sums, and its bias corrects it with the float ones:
+    rounding that ignores the sums leaves their difference, an error every token shares."""
     reduce = tuple(i for i in range(w.ndim) if i != axis)
     absmax = np.abs(w).max(axis=reduce)
     # A channel of (sub)normal-tiny weights must still get a positive, normal float32 scale:
     # absmax / 127 can underflow to 0 (found by the property test), and TensorRT needs scales > 0.
-    scale = np.where(absmax > 0, np.maximum(absmax / 127.0, np.finfo(np.float32).tiny), 1.0).astype(np.float32)
+    scale = np.where(absmax > 0, np.maximum(absmax / S8_MAX, np.finfo(np.float32).tiny), 1.0).astype(np.float32)
     shape = [1] * w.ndim
     shape[axis] = -1
-    q = np.clip(np.rint(w / scale.reshape(shape)), -127, 127).astype(np.int8)
-    return q, scale
+    x = w / scale.reshape(shape)
+    if keep_sums:
+        channels_last = np.moveaxis(x, axis, -1)
+        flat = channels_last.reshape(-1, channels_last.shape[-1])
+        q = np.moveaxis(_sum_kept(flat, np.rint(flat)).reshape(channels_last.shape), -1, axis)
+    else:
+        q = np.rint(x)
+    return np.clip(q, -S8_MAX, S8_MAX).astype(np.int8), scale
+
+
+def _sum_kept(x: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """`q` = rint(x) (rows × channels) with d_j = rint(sum x_j) - sum q_j elements of each channel j moved one
+    level towards x: those whose rounding residual is largest in d_j's direction (|d_j| ≪ rows)."""
+    residual = x - q
+    d = np.rint(x.sum(axis=0)) - q.sum(axis=0)
+    up = np.argsort(np.argsort(-residual, axis=0, kind="stable"), axis=0, kind="stable") < d
+    down = np.argsort(np.argsort(residual, axis=0, kind="stable"), axis=0, kind="stable") < -d
+    return q + up - down
 
 
 #: (INT8 weights named `<weight>_int8`, their per-channel scales named `<weight>_int8_scale`) of a layer.

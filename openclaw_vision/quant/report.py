@@ -124,6 +124,11 @@ def _migration_lines(r: dict) -> list[str]:
         lines += ["", "## FC2 outlier units computed apart in FP32 (quant/split.py)", "",
                   "| layer | units | their |max| | median unit's |max| |", "|---|---|---|---|"]  # fmt: skip
         lines += [f"| {sp['layer']} | {sp['units']} | {sp['unit_absmax']} | {sp['median_absmax']} |" for sp in splits]
+    centres = (r.get("centre") or {}).get("layers") or []
+    if centres:
+        lines += ["", "## FC2 inputs centred for s8s8 (quant/centre.py)", "",
+                  "| layer | shift c | range before | step vs symmetric |", "|---|---|---|---|"]  # fmt: skip
+        lines += [f"| {ce['layer']} | {ce['shift']} | {ce['range']} | {ce['step_ratio']} |" for ce in centres]
     return lines
 
 

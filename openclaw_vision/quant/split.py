@@ -86,7 +86,7 @@ def _depends(graph: onnx.GraphProto, start: str, end: str) -> list[onnx.NodeProt
     return on_path[::-1]
 
 
-def _bias_add(graph: onnx.GraphProto, matmul_out: str, inits: set[str]) -> onnx.NodeProto:
+def bias_add(graph: onnx.GraphProto, matmul_out: str, inits: set[str]) -> onnx.NodeProto:
     """The Add that reads a GEMM's output and a bias initializer (FC1 and FC2 both have one in CLIP's MLP)."""
     adds = [n for n in graph.node if n.op_type == "Add" and matmul_out in n.input]
     if len(adds) != 1 or not any(i in inits for i in adds[0].input):
@@ -108,7 +108,7 @@ def rewrite(graph: onnx.ModelProto, splits: list[Split], weights: list[Pending],
         u = np.asarray(sp.units)
         nodes = {n.name: n for n in g.node}
         mm1, mm2 = nodes[sp.fc1.node], nodes[sp.fc2.node]
-        bias_node = _bias_add(g, mm1.output[0], inits)
+        bias_node = bias_add(g, mm1.output[0], inits)
         b_name = next(i for i in bias_node.input if i in inits)
         w1, b1, w2 = current(sp.fc1.weight), current(b_name), current(sp.fc2.weight)
         tag = f"{sp.fc2.node}/split"
@@ -128,7 +128,7 @@ def rewrite(graph: onnx.ModelProto, splits: list[Split], weights: list[Pending],
             return w.astype(np.float32)
 
         pending[sp.fc1.weight] = Pending(sp.fc1.weight, dims[0], dims[1], zeroed)
-        _side_path(g, tag, mm1.input[0], bias_node.output[0], mm2, _bias_add(g, mm2.output[0], inits))
+        _side_path(g, tag, mm1.input[0], bias_node.output[0], mm2, bias_add(g, mm2.output[0], inits))
     return out, list(pending.values())
 
 

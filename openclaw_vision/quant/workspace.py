@@ -59,8 +59,9 @@ class Workspace:
             log.info("FP32 weights %s %s into %s", loc, how, self.dir)
         self._int8: dict[str, tuple[TensorProto, TensorProto]] = {}
 
-    def quantise_weights(self, layers: list[Layer], progress=None) -> None:
-        """Quantise every layer's weight once (per output channel), appending it to INT8_DATA."""
+    def quantise_weights(self, layers: list[Layer], progress=None, keep_sums: frozenset[str] = frozenset()) -> None:
+        """Quantise every layer's weight once (per output channel), appending it to INT8_DATA; the weights named in
+        `keep_sums` keep each channel's sum (`quantise_weight`; a centred input's GEMM, centre.py)."""
         wrap = progress or (lambda it, desc: it)
         reader = self.reader()
         data = onnx_files.DataFile(self.dir / INT8_DATA)
@@ -69,7 +70,7 @@ class Workspace:
                 name = int8_name(layer)
                 if name in self._int8:
                     continue
-                q, scale = quantise_weight(reader.array(layer.weight), layer.channel_axis)
+                q, scale = quantise_weight(reader.array(layer.weight), layer.channel_axis, layer.weight in keep_sums)
                 qt = data.add(onnx_files.pending_array(name, q))
                 self._int8[name] = (qt, numpy_helper.from_array(scale, f"{name}_scale"))
         finally:
