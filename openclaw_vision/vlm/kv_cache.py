@@ -18,6 +18,10 @@ Invariants (checked by `check()`, and by hypothesis tests after every operation)
   I3  a table holds no block twice, and covers exactly its sequence's length;
   I4  the hash index only names full blocks whose keys are the ones hashed.
 Running out of blocks raises OutOfBlocks before anything changes; other sequences are untouched.
+
+The roles: `BlockAllocator` (free blocks and reference counts) and `PrefixIndex` (chained hashes of
+full blocks) in kv_blocks.py; here `BlockManager` (each sequence's block table, admission, fork and
+copy-on-write) over them, and `PagedKVPool` (the K/V storage the tables point into).
 """
 
 from __future__ import annotations
@@ -29,6 +33,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..core.errors import OpenclawError
+from .kv_blocks import Block, BlockAllocator, PrefixIndex, chain_hash
+
+__all__ = ["DEFAULT_BLOCK_SIZE", "Block", "BlockManager", "OutOfBlocks", "PagedKVPool", "chain_hash"]
 
 DEFAULT_BLOCK_SIZE = 16
 
@@ -38,39 +45,37 @@ class OutOfBlocks(OpenclawError, RuntimeError):
 
 
 @dataclass
-class Block:
-    id: int
-    ref_count: int = 0
-    hash: int | None = None  # set while the block is full and indexed
-    keys: tuple = ()
-
-
-@dataclass
 class _Seq:
     keys: list[Hashable]
     table: list[int] = field(default_factory=list)
 
 
-def chain_hash(previous: int | None, keys: Sequence[Hashable]) -> int:
-    return hash((previous, tuple(keys)))
-
-
 class BlockManager:
+    """Sequences' block tables and their admission, over a BlockAllocator and a PrefixIndex (kv_blocks.py).
+
+    The manager decides which blocks a sequence holds and refuses a request before changing anything;
+    the allocator counts holders and the index finds full blocks again. `_index` is the one hook a
+    backend without content reuse overrides (llamacpp.py).
+    """
+
     def __init__(self, num_blocks: int, block_size: int = DEFAULT_BLOCK_SIZE) -> None:
         if num_blocks < 1 or block_size < 1:
             raise ValueError("num_blocks and block_size must be >= 1")
         self.block_size = block_size
-        self.blocks = [Block(i) for i in range(num_blocks)]
-        self.free_ids: deque[int] = deque(range(num_blocks))
-        self.used_ids: set[int] = set()
-        self.by_hash: dict[int, int] = {}
+        self.allocator = BlockAllocator(num_blocks)
+        self.prefixes = PrefixIndex(self.allocator.blocks, block_size)
+        # the roles' own containers (not copies) under the names callers and tests read; never rebound
+        self.blocks: list[Block] = self.allocator.blocks
+        self.free_ids: deque[int] = self.allocator.free_ids
+        self.used_ids: set[int] = self.allocator.used_ids
+        self.by_hash: dict[int, int] = self.prefixes.by_hash
         self.seqs: dict[Hashable, _Seq] = {}
         self.pending_copies: list[tuple[int, int]] = []  # (src, dst) K/V block copies to apply
 
     # --- queries ------------------------------------------------------------------------------
     @property
     def num_free(self) -> int:
-        return len(self.free_ids)
+        return self.allocator.num_free
 
     def table(self, seq_id: Hashable) -> list[int]:
         return list(self.seqs[seq_id].table)
@@ -87,52 +92,22 @@ class BlockManager:
         pos = np.arange(start, end)
         return table[pos // self.block_size], pos % self.block_size
 
-    # --- block transitions --------------------------------------------------------------------
-    def _take_free(self, block_id: int | None = None) -> Block:
-        if block_id is None:
-            block_id = self.free_ids.popleft()
-        else:
-            self.free_ids.remove(block_id)
-        block = self.blocks[block_id]
-        assert block.ref_count == 0, f"free block {block_id} has ref_count {block.ref_count}"
-        self.used_ids.add(block_id)
-        block.ref_count = 1
-        return block
-
-    def _forget_hash(self, block: Block) -> None:
-        if block.hash is not None and self.by_hash.get(block.hash) == block.id:
-            del self.by_hash[block.hash]
-        block.hash, block.keys = None, ()
-
+    # --- blocks for new content ---------------------------------------------------------------
     def _fresh(self) -> Block:
         """A free block for new content: its old indexed content is forgotten."""
-        block = self._take_free()
-        self._forget_hash(block)
+        block = self.allocator.take()
+        self.prefixes.forget(block)
         return block
 
-    def _release(self, block_id: int) -> None:
-        block = self.blocks[block_id]
-        assert block.ref_count > 0, f"releasing block {block_id} with ref_count 0"
-        block.ref_count -= 1
-        if block.ref_count == 0:
-            self.used_ids.remove(block_id)
-            self.free_ids.append(block_id)  # keeps its hash: a later identical prefix can revive it
-
-    def _index(self, block: Block, previous: int | None, keys: Sequence[Hashable]) -> int:
-        block.hash, block.keys = chain_hash(previous, keys), tuple(keys)
-        self.by_hash[block.hash] = block.id
-        return block.hash
-
-    def _previous_hash(self, table: list[int], index: int) -> int | None:
-        return self.blocks[table[index - 1]].hash if index > 0 else None
+    def _index(self, block: Block, previous: int | None, keys: Sequence[Hashable]) -> int | None:
+        """Make a full block findable by content (overridden to do nothing where blocks are never reused)."""
+        return self.prefixes.index(block, previous, keys)
 
     # --- sequence operations -----------------------------------------------------------------
     def allocate(self, seq_id: Hashable, keys: Sequence[Hashable]) -> int:
         """Give a new sequence blocks for all its keys; returns how many leading positions are cached.
 
-        Full leading blocks whose chained hash is indexed (and whose keys match) are shared, not
-        recomputed. The block holding the last position is never taken from the index: its
-        logits are needed, so it is computed.
+        Full leading blocks the prefix index finds (all but the last position's) are shared, not recomputed.
         """
         if seq_id in self.seqs:
             raise ValueError(f"sequence {seq_id!r} already exists")
@@ -141,18 +116,7 @@ class BlockManager:
             raise ValueError("a sequence needs at least one position")
         bs = self.block_size
         n_blocks = self.blocks_for(len(keys))
-        hits: list[int] = []
-        previous = None
-        for i in range(n_blocks):
-            chunk = keys[i * bs : (i + 1) * bs]
-            if len(chunk) < bs or (i + 1) * bs >= len(keys):
-                break
-            h = chain_hash(previous, chunk)
-            hit = self.by_hash.get(h)
-            if hit is None or self.blocks[hit].keys != tuple(chunk):
-                break
-            hits.append(hit)
-            previous = h
+        hits = self.prefixes.lookup(keys)
         revived = sum(1 for b in hits if self.blocks[b].ref_count == 0)
         needed = n_blocks - len(hits)
         if needed + revived > self.num_free:
@@ -162,17 +126,14 @@ class BlockManager:
             )
         seq = _Seq(keys)
         for b in hits:
-            if self.blocks[b].ref_count == 0:
-                self._take_free(b)
-            else:
-                self.blocks[b].ref_count += 1
+            self.allocator.hold(b)
             seq.table.append(b)
         for i in range(len(hits), n_blocks):
             block = self._fresh()
             seq.table.append(block.id)
             chunk = keys[i * bs : (i + 1) * bs]
             if len(chunk) == bs:
-                previous = self._index(block, self._previous_hash(seq.table, i), chunk)
+                self._index(block, self.prefixes.previous(seq.table, i), chunk)
         self.seqs[seq_id] = seq
         return len(hits) * bs
 
@@ -192,13 +153,13 @@ class BlockManager:
                     raise OutOfBlocks(f"no free KV block to copy shared block {current.id} for {seq_id!r}")
                 copy = self._fresh()
                 self.pending_copies.append((current.id, copy.id))
-                self._release(current.id)
+                self.allocator.release(current.id)
                 seq.table[index] = copy.id
         seq.keys.append(key)
         if offset == self.block_size - 1:  # the block is now full: index it
             block = self.blocks[seq.table[index]]
-            self._forget_hash(block)
-            self._index(block, self._previous_hash(seq.table, index), seq.keys[index * self.block_size :])
+            self.prefixes.forget(block)
+            self._index(block, self.prefixes.previous(seq.table, index), seq.keys[index * self.block_size :])
         return seq.table[index], offset
 
     def fork(self, parent_id: Hashable, child_id: Hashable) -> None:
@@ -207,14 +168,14 @@ class BlockManager:
             raise ValueError(f"sequence {child_id!r} already exists")
         parent = self.seqs[parent_id]
         for b in parent.table:
-            self.blocks[b].ref_count += 1
+            self.allocator.hold(b)
         self.seqs[child_id] = _Seq(list(parent.keys), list(parent.table))
 
     def free(self, seq_id: Hashable) -> None:
         """End (or cancel) a sequence: each of its blocks loses one reference."""
         seq = self.seqs.pop(seq_id)
         for b in reversed(seq.table):
-            self._release(b)
+            self.allocator.release(b)
 
     def take_copies(self) -> list[tuple[int, int]]:
         copies, self.pending_copies = self.pending_copies, []
@@ -222,10 +183,8 @@ class BlockManager:
 
     # --- invariants ---------------------------------------------------------------------------
     def check(self) -> None:
-        free, used = set(self.free_ids), self.used_ids
-        assert len(free) == len(self.free_ids), "a block is free twice"
-        assert not free & used, f"blocks both free and used: {sorted(free & used)}"
-        assert len(free) + len(used) == len(self.blocks), "free + used != total"
+        """I1 and I4 by the roles that own them; I2 and I3 here, where the block tables are."""
+        self.allocator.check()
         refs: dict[int, int] = {}
         for seq_id, seq in self.seqs.items():
             assert len(set(seq.table)) == len(seq.table), f"{seq_id!r} holds a block twice"
@@ -234,9 +193,7 @@ class BlockManager:
                 refs[b] = refs.get(b, 0) + 1
         for block in self.blocks:
             assert block.ref_count == refs.get(block.id, 0), f"block {block.id} ref_count {block.ref_count}"
-            assert (block.id in used) == (block.ref_count > 0), f"block {block.id} used/ref_count disagree"
-        for h, b in self.by_hash.items():
-            assert self.blocks[b].hash == h and len(self.blocks[b].keys) == self.block_size, f"stale hash of {b}"
+        self.prefixes.check()
 
 
 class PagedKVPool:
