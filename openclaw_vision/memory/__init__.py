@@ -11,6 +11,11 @@ One client interface (`store.VisualMemory`) over one engine, Chroma, in two role
   candidates' vectors, so every robot's rows are found by the next query and scores mean the same on both
   paths. A memory node writes to it through a spool on its own disk (`spool.Spool`: store and forward).
 
+Behind `VisualMemory`, one module a role: `table` (the hot layer's rows, their fields and codes), `engine` (the
+collection both roles share: model check, batched write, the engine's search rescored) with `folder` (the
+embedded role: lock, SQLite check, load) and `remote` (the server role: connect, timeouts, refusals), `write`
+(add, remember, retain), and the leaves `rows` and `errors`.
+
 `bench --mode memory` measures both side by side, and a fleet of robot processes on one server.
 
 Sits above text/ (a query from a text tower) and bags; ros/ and the tools read it.
