@@ -225,7 +225,8 @@ def calibration_phase(ws: Workspace, layers, qdata, opts: QuantOptions, progress
     With migration on, the migratable activations also keep a row sample (smooth.ROWS rows each)."""
     tensors = sorted({layer.activation for layer in layers})
     rows = {g.activation: smooth.ROWS for g in smooth.groups(ws.graph, layers)} if opts.smooth else {}
-    keep = bool(rows) or opts.split or opts.centre  # the split's per-channel |max|; the outlier phase runs on these
+    # the split's per-channel |max|; the outlier phase runs only with these (centring: only where it may shift)
+    keep = bool(rows) or opts.split or (opts.centre and bool(centre.candidates(layers, opts.scheme)))
     observe = ws.write(calibrate.observation_model(ws.graph, tensors), "observe")
     obs = session(observe, opts.threads, level="basic", quiet=True)
     batch = calibrate.observe_batch(obs, tensors)
