@@ -8,9 +8,9 @@ where a query is answered:
 - embedded (the robot's own store): every row is in the hot layer (hot.py, exact), loaded at open. Fast,
   and the robot's alone (one process holds the folder).
 - server (the fleet's store): nothing is loaded at open, whatever the server holds. A query goes to the
-  server's own index (HNSW, with the filters as a `where`: time window, camera, robot), asks for more
-  candidates than it returns (`candidates(k)`) and rescores them exactly on their stored vectors, so a
-  score means the same on both paths and any robot's row is found by the next query. What the client keeps
+  server's own index (HNSW searched wide for recall: engine.SERVER_HNSW, with the filters as a `where`:
+  time window, camera, robot), and its top k are rescored exactly on their stored vectors, so a score
+  means the same on both paths and any robot's row is found by the next query. What the client keeps
   is bounded: the rows it was given itself (`remember`, `add`), the newest `cache_rows` within
   `cache_seconds`, in a small hot layer that queries also scan (a robot's own rows before the server has
   them, or while it is down: `local_only`).
@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.resources import data_home
-from .engine import COLLECTION, HNSW, MIN_CANDIDATES, SERVER_HNSW, candidates
+from .engine import COLLECTION, HNSW, SERVER_HNSW
 from .errors import StoreCorrupt, StoreError, StoreLocked, StoreMismatch, StoreRefused, StoreUnavailable
 from .folder import DB_FILE, LOCK_FILE, Folder, FolderLock, check_sqlite
 from .hot import HotIndex
@@ -58,9 +58,9 @@ from .table import RowTable
 from .write import Writer
 
 #: what callers import from here (the store seam), wherever it is defined
-__all__ = ["COLLECTION", "DB_FILE", "HNSW", "LOCK_FILE", "MIN_CANDIDATES", "RETRIED_4XX", "SERVER_HNSW", "Counts",
+__all__ = ["COLLECTION", "DB_FILE", "HNSW", "LOCK_FILE", "RETRIED_4XX", "SERVER_HNSW", "Counts",
            "FolderLock", "Match", "Rows", "StoreCorrupt", "StoreError", "StoreLocked", "StoreMismatch",
-           "StoreRefused", "StoreUnavailable", "VisualMemory", "add_all", "candidates", "check_sqlite",
+           "StoreRefused", "StoreUnavailable", "VisualMemory", "add_all", "check_sqlite",
            "default_store", "is_server", "refused_for_good", "row_id", "source_of"]  # fmt: skip
 
 
