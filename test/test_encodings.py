@@ -258,3 +258,26 @@ def test_every_encoding_of_a_uniform_frame_preprocesses_to_that_colour(encoding)
     target = SPEC.normalise(expected)
     for c in range(3):
         np.testing.assert_allclose(out[c], target[c], atol=1e-5)
+
+
+@pytest.mark.parametrize("encoding", sorted(ENCODINGS))
+@pytest.mark.parametrize("pad", [0, 7])
+@pytest.mark.parametrize("kind", ["bytes", "bytearray", "memoryview", "strided-array"])
+def test_a_frame_is_a_read_only_view_of_the_message_bytes(encoding, pad, kind):
+    """The node validates every frame it receives, dropped ones too: its pixels must stay the message's own
+    bytes (no copy of 6 MB per frame), row padding cut off, and not writable through the frame."""
+    enc = ENCODINGS[encoding]
+    h, w = 4, 6
+    step = w * enc.bytes_per_pixel + pad
+    rows = enc.buffer_rows(h)
+    flat = np.arange(step * rows, dtype=np.uint8)
+    big = np.zeros(2 * flat.size, np.uint8)
+    big[::2] = flat
+    data = {"bytes": flat.tobytes(), "bytearray": bytearray(flat.tobytes()), "memoryview": memoryview(flat.tobytes()),
+            "strided-array": big[::2]}[kind]  # fmt: skip
+    frame = Frame.from_buffer(data, h, w, step, encoding)
+    want = flat.reshape(rows, step)[:, : w * enc.bytes_per_pixel].reshape(rows, w, enc.bytes_per_pixel)
+    np.testing.assert_array_equal(frame.pixels, want)
+    source = data if kind == "strided-array" else np.frombuffer(data, np.uint8)
+    assert np.shares_memory(frame.pixels, source)
+    assert not frame.pixels.flags.writeable
