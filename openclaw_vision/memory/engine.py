@@ -22,12 +22,14 @@ COLLECTION = "visual_memory"
 #: defaults, ~1200 with these); queries run on the exact hot layer anyway
 HNSW = {"space": "ip", "ef_construction": 40, "max_neighbors": 8, "ef_search": 64}
 #: a server collection's index: the server path answers every query from it, so it is built and searched for
-#: recall (recall@10 is a goal: bench --mode memory's fleet section). `ef_search` decides it: at 100k rows of the
-#: bench's camera walks, with text-like queries far from every row, recall@10 was 0.912 at 128 and 0.988 at 1000
-#: for the same P50 (3.7 / 3.8 ms; M 32 with ef_construction 256 and ef_search 256: 0.940). Chroma reads it when
-#: a collection is made: a server collection made before keeps its own. A server's writes run in its own
-#: process, beside many robots', where the embedded store's insert rate is the robot's own
-SERVER_HNSW = {"space": "ip", "ef_construction": 128, "max_neighbors": 16, "ef_search": 1000}
+#: recall (recall@10 is a goal: bench --mode memory's fleet section). Measured on the bench's camera walks with its
+#: text-like queries (far from every row: consecutive frames are near-duplicates, and a graph of them is easy to
+#: get lost in): at 100k rows `ef_search` decided it (M 16, ef_construction 128: 0.912 at 128, 0.988 at 1000, the
+#: same P50); at 1M rows the graph's degree did too: M 16 / 128 / 1000 gave 0.669, M 32 / 256 / 2000 0.838,
+#: M 48 / 400 / 4000 0.929 (P50 9.5, P99 22.8 ms; the server's fill 2,463 rows/s against 3,310 at M 32). Chroma
+#: reads these when a collection is made: a server collection made before keeps its own. The server's writes
+#: run in its own process, beside many robots', where the embedded store's insert rate is the robot's own
+SERVER_HNSW = {"space": "ip", "ef_construction": 400, "max_neighbors": 48, "ef_search": 4000}
 
 
 def settings():

@@ -218,8 +218,9 @@ class _Subscription:
 
     Each wake-up takes everything the reader holds in one call (at most its resource limit) and hands
     the samples on oldest first; it takes again only when that call was full, and otherwise waits: the
-    read condition is a level (set while the reader holds a sample), so a sample that came meanwhile
-    ends the wait at once. `takes` counts the calls that found samples (samples per take: how far
+    read condition is a level (set while the reader holds a sample, and dds_waitset_wait checks it before
+    it blocks: eclipse-cyclonedds/cyclonedds, src/core/ddsc/src/dds_waitset.c), so a sample that came
+    meanwhile ends the wait at once. `takes` counts the calls that found samples (samples per take: how far
     behind the thread was)."""
 
     def __init__(self, participant, topic_obj, qos: QoS, intake: SampleIntake) -> None:
