@@ -41,3 +41,16 @@ def test_an_unequal_pair_is_paced_down_and_judged_on_the_equal_one(monkeypatch, 
     assert not judged["N=4, 4 publisher processes, 15 fps offered"]["met"]  # 40 / 35 < 1.3
     bad = judged["N=4, one publisher process, 15 fps offered"]
     assert not bad["met"] and "delivered input unequal, not judged" in bad["measured"]
+
+
+def test_fairness_and_memory_are_judged_on_every_multi_camera_trial():
+    """One unfair trial (a camera far below the others, as four publisher processes at 30 fps gave) fails the
+    fairness goal even where the other trials were fair; the largest node is the one judged for RSS."""
+    fair = _trial("multi", "one", 15.0, 15.0, 40.0)
+    unfair = {**_trial("multi", "per-camera", 30.0, 30.0, 26.0), "min_share_of_mean": 0.61, "rss_mb": 700.0}
+    singles = [_trial("single", "one", 15.0, 15.0, 30.0), _trial("single", "per-camera", 30.0, 30.0, 25.0)]
+    judged = cameras.goals([fair, singles[0], unfair, singles[1]])
+    share = next(g for g in judged if "no camera below" in g["goal"])
+    assert not share["met"] and "61%" in share["measured"] and "30 fps, publishers per-camera" in share["measured"]
+    rss = next(g for g in judged if "RSS" in g["goal"])
+    assert "700.0 vs 400.0" in rss["measured"] and not rss["met"]  # 700 / 400 > 1.3

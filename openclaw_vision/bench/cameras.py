@@ -440,7 +440,7 @@ def comparisons(trials: list[dict], n: int) -> list[tuple[str, dict, dict]]:
 def goals(trials: list[dict]) -> list[dict]:
     n = CAMERAS_GOAL_N
     one = _trial(trials, "single", 1)
-    multi, single = _trial(trials, "multi", n), _trial(trials, "single", n)
+    single = _trial(trials, "single", n)
     out = []
     for publishers, m, s in comparisons(trials, n):
         r, target = round(m["total_fps"] / max(s["total_fps"], 1e-9), 2), GOALS["cameras_fps_ratio"]
@@ -457,14 +457,21 @@ def goals(trials: list[dict]) -> list[dict]:
                        r >= target and same))  # fmt: skip
     # one single-camera node: the N=1 trial, else the mean of the N single-camera nodes of this N
     one_rss = one["rss_mb"] if one else (sum(single["rss_mb_per_process"]) / n if single else None)
-    if multi and one_rss:
-        r, target = round(multi["rss_mb"] / one_rss, 2), GOALS["cameras_rss_ratio"]
+    # RSS and fairness: judged on every multi-camera trial of this N (each rate and publisher setup), the worst
+    multis = [t for t in trials if t["setup"] == "multi" and t["cameras"] == n]
+    if multis and one_rss:
+        big = max(multis, key=lambda t: t["rss_mb"])
+        r, target = round(big["rss_mb"] / one_rss, 2), GOALS["cameras_rss_ratio"]
         out.append(row(f"N={n}: multi-camera node RSS <= {target}x one single-camera node",
-                       f"{r}x ({multi['rss_mb']} vs {one_rss:.1f} MB)", r <= target))  # fmt: skip
-    if multi:
-        s, target = multi["min_share_of_mean"], GOALS["cameras_min_share"]
+                       f"{r}x ({big['rss_mb']} vs {one_rss:.1f} MB; the largest of {len(multis)} trial(s))",
+                       r <= target))  # fmt: skip
+    if multis:
+        worst = min(multis, key=lambda t: t["min_share_of_mean"])
+        s, target = worst["min_share_of_mean"], GOALS["cameras_min_share"]
+        where = f"{worst.get('offered_fps_per_camera', FPS):g} fps, publishers {worst.get('publishers', 'one')}"
         out.append(row(f"N={n}: no camera below {target:.0%} of the mean per-camera rate",
-                       f"slowest camera {s:.0%} of the mean", s >= target))  # fmt: skip
+                       f"slowest camera {s:.0%} of the mean (the worst of {len(multis)} trial(s): {where})",
+                       s >= target))  # fmt: skip
     return out
 
 
