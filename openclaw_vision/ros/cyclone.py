@@ -279,7 +279,7 @@ class _Subscription:
                 for raw in taken.samples:  # oldest first, each through the intake (subscription.py)
                     self.intake(raw, t0)
                 taken = raw = None  # keep no sample alive here: its bytes go back when its users are done
-                if drained:  # a second take would find nothing (it was half of our take's cost per frame)
+                if drained:  # a second take would find nothing: one dds_takecdr a wake-up, not two
                     break
 
     def matched(self) -> int:
