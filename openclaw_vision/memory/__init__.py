@@ -7,8 +7,8 @@ One client interface (`store.VisualMemory`) over one engine, Chroma, in two role
   and float32 rescoring, so float32's ranks and scores), because the engine's per-call overhead and its
   approximate index lose to a scan at robot scale.
 - server (`chroma run`, the same PyPI package, reached as `http://HOST:PORT`): the fleet's store. A client
-  loads nothing; queries go to the server's index with their filters and are rescored exactly on the
-  candidates' vectors, so every robot's rows are found by the next query and scores mean the same on both
+  loads nothing; queries go to the server's index with their filters and its top k are rescored exactly on
+  their vectors, so every robot's rows are found by the next query and scores mean the same on both
   paths. A memory node writes to it through a spool on its own disk (`spool.Spool`: store and forward).
 
 Behind `VisualMemory`, one module a role: `table` (the hot layer's rows, their fields and codes), `engine` (the

@@ -177,8 +177,8 @@ class VisualMemory:
                robot: str | None = None, local_only: bool = False) -> list[Match]:  # fmt: skip
         """The `top_k` rows nearest the unit `vector` (of `model_id`), best first, within the filters.
 
-        Embedded: exact, the hot layer (every row scanned); exact=False: the engine's own index, its
-        candidates rescored. Server: the server's index (candidates rescored exactly) merged with the
+        Embedded: exact, the hot layer (every row scanned); exact=False: the engine's own index, its top
+        k rescored. Server: the server's index (its top k rescored exactly) merged with the
         client's recent layer; local_only: the recent layer alone (the server down). StoreUnavailable when the
         server does not answer."""
         vector = np.asarray(vector, np.float32).reshape(-1)
