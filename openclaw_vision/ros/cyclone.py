@@ -217,23 +217,16 @@ PACED = True
 TAKE_RETRY_S = 0.1
 #: The longest and shortest a paced reader is left to fill before its thread drains it (`drain_after`).
 DRAIN_MAX_S, DRAIN_MIN_S = 0.5, 0.02
-#: The most bytes of samples a paced reader is left holding (`drain_after`): each waiting sample is memory the
-#: node holds (a raw 1080p frame is 6.2 MB), so raw frames wait two at a time while compressed ones wait up to
-#: half the reader's depth. Four raw cameras left to wait ~4 frames each between the worker's batches (no byte
-#: bound) held ~90 MB more: the node's RSS at 30 fps went from 1.2x to 1.38x one single-camera node's (goal 1.3x).
-PACE_BYTES = 16 << 20
 
 
-def drain_after(depth: int, taken: int, seconds: float, sample_bytes: int = 0) -> float:
-    """How long a paced reader of `depth` samples may fill before its thread drains it: at the rate of the last
-    drain (`taken` samples in `seconds`), the time to gather half its depth or PACE_BYTES of samples of
-    `sample_bytes` (at least one), within DRAIN_MIN_S..DRAIN_MAX_S. Half the depth: a burst of twice the rate
-    still fits, and a full reader is flow control on reliable (the writer waits) and a counted loss on best
-    effort. Nothing taken: the longest."""
+def drain_after(depth: int, taken: int, seconds: float) -> float:
+    """How long a paced reader of `depth` samples may fill before its thread drains it: half its depth at the
+    rate of the last drain (`taken` samples in `seconds`), within DRAIN_MIN_S..DRAIN_MAX_S. Half: a burst of
+    twice the rate still fits, and a full reader is flow control on reliable (the writer waits) and a
+    counted loss on best effort. Nothing taken: the longest."""
     if taken <= 0 or seconds <= 0:
         return DRAIN_MAX_S
-    wait = max(1, min(depth // 2, PACE_BYTES // sample_bytes if sample_bytes > 0 else depth))
-    return min(DRAIN_MAX_S, max(DRAIN_MIN_S, wait * seconds / taken))
+    return min(DRAIN_MAX_S, max(DRAIN_MIN_S, 0.5 * depth * seconds / taken))
 
 
 class _Subscription:
@@ -250,10 +243,10 @@ class _Subscription:
     holds one the worker has not taken), samples wait in the reader instead of being taken one wake-up
     each, only for the next to displace them. The consumer takes them itself when it wants the newest
     (`take_waiting`, on its own thread, before it chooses a batch) and `nudge`s this thread once it has
-    room again; meanwhile this thread drains the reader before it fills or holds PACE_BYTES
-    (`drain_after`). Every sample still goes through the intake, in order (decoded, checked, counted; a bad
-    one rejected): what pacing saves is the wake-ups, one per batch of samples instead of one per sample,
-    and a wake-up of this thread, not the sample, is what a dropped frame mostly cost (bench/dropcost.py).
+    room again; meanwhile this thread drains the reader before it fills (`drain_after`). Every sample
+    still goes through the intake, in order (decoded, checked, counted; a bad one rejected): what pacing
+    saves is the wake-ups, one per batch of samples instead of one per sample, and a wake-up of this
+    thread, not the sample, is what a dropped frame mostly cost (bench/dropcost.py).
     """
 
     def __init__(self, participant, topic_obj, qos: QoS, intake: SampleIntake) -> None:
@@ -283,7 +276,6 @@ class _Subscription:
         self.drain_s = DRAIN_MAX_S  # paced: how long samples may wait in the reader (`drain_after`)
         self._depth = rq.depth  # the most samples the reader holds untaken
         self._emptied = time.monotonic()  # when a take last left the reader empty
-        self._sample_bytes = 0  # the size of the last sample taken (`drain_after`)
         self._thread = threads.Thread(target=self._run, name=f"dds-take{intake.topic}", daemon=True)
         self._thread.start()
 
@@ -337,14 +329,13 @@ class _Subscription:
                     n += taken.count
                     for raw in taken.samples:  # oldest first, each through the intake (subscription.py)
                         self.intake(raw, t0)
-                        self._sample_bytes = len(raw)
                 # fewer than asked for: the reader had no more (one dds_takecdr a wake-up, not two)
                 drained = taken.count < self._most
                 taken = raw = None  # keep no sample alive here: its bytes go back when its users are done
                 if drained:
                     now = time.monotonic()
                     if n:
-                        self.drain_s = drain_after(self._depth, n, now - self._emptied, self._sample_bytes)
+                        self.drain_s = drain_after(self._depth, n, now - self._emptied)
                     self._emptied = now
                     return n, False
 
