@@ -96,7 +96,6 @@ def drop_cost(args, ros2, bag: Path) -> int:
 
     robot = [str(ros2.venv / "bin" / "python")]
     setups = {("cyclonedds", "one"): (None, None), ("cyclonedds", "all"): (None, None),
-              ("cyclonedds", "paced"): (None, None),
               ("cyclonedds", "all+arena"): (None, dropcost.ARENA), ("rclpy", "one"): (robot, ros2.environ()),
               ("rclpy", "one+arena"): (robot, {**ros2.environ(), **dropcost.ARENA})}  # fmt: skip
     cwd = {"rclpy": args.work}  # outside the checkout: the colcon install's package (its messages) is imported

@@ -13,7 +13,7 @@ from openclaw_vision.bench import dropcost
 def test_drop_cost_section_counts_every_frame_and_splits_the_cpu(tmp_path, dds_domain):
     res = dropcost.run_dropcost(quick=True, work=tmp_path)
     rows = {(r["transport"], r["path"]): r for r in res["rows"]}
-    assert {("cyclonedds", "one"), ("cyclonedds", "all"), ("cyclonedds", "paced")} <= set(rows)
+    assert {("cyclonedds", "one"), ("cyclonedds", "all")} <= set(rows)
     for r in rows.values():
         assert r["received"] > 0 and r["dropped"] == r["received"], r  # the paused encoder: all dropped
         assert r["transport_floor_ms"] > 0 and r["our_share_ms"] > 0 and r["our_intake_ms"] > 0, r
@@ -21,8 +21,6 @@ def test_drop_cost_section_counts_every_frame_and_splits_the_cpu(tmp_path, dds_d
     table = "\n".join(dropcost.markdown(res))
     assert "| cyclonedds | all | idle |" in table and "| cyclonedds | one | idle |" in table
     assert rows[("cyclonedds", "one")]["samples_per_take"] <= 1.05  # a take per sample (the window cuts one)
-    # paced, the node's path: with its slot full the camera's samples waited in the reader and were taken together
-    assert rows[("cyclonedds", "paced")]["samples_per_take"] >= 4
     [goal] = [g for g in dropcost.goals(res) if g["goal"].startswith("cyclonedds")]
     assert "transport floor" in goal["measured"]  # the floor is reported beside our share
 

@@ -156,67 +156,6 @@ def test_cyclone_takes_what_waited_in_one_take_and_hands_every_sample_on_in_orde
         b.close()
 
 
-@pytest.mark.dds
-def test_a_paced_cyclone_reader_holds_samples_until_the_consumer_wants_them_or_it_needs_draining(dds_domain):
-    """Paced (the encoder node's cameras while their slot holds a frame): samples published while the consumer
-    has no room wait in the reader, untaken, until the consumer's `take_waiting` takes all of them, in order,
-    in one take on its own thread; with room again (`nudge`) the thread takes as they come; and a reader
-    left waiting is drained by the thread on its own after its drain time."""
-    import threading
-
-    from cyclonedds.util import duration
-    from dds_helpers import wait_until
-
-    from openclaw_vision.ros.cyclone import CycloneTransport
-
-    a, b = CycloneTransport("sender"), CycloneTransport("receiver")
-    got: list[tuple[int, str]] = []
-    room = threading.Event()
-
-    def callback(msg, _dt):
-        got.append((msg.header.stamp.sec, threading.current_thread().name))
-
-    try:
-        sub = b.subscribe("/cam/image_raw", IMAGE, QoS("reliable", 10), callback)
-        sub.drain_s = 60.0  # no drain during the first part: only take_waiting may take
-        sub.pace(room.is_set)
-        pub = a.publisher("/cam/image_raw", IMAGE, QoS("reliable", 10, "keep_all"))
-        wait_until(lambda: pub.matched() and sub.matched(), 20, "matched")
-        time.sleep(0.3)  # past the thread's last unpaced wait (100 ms): it now waits for room or its drain time
-        for sec in range(5):
-            pub.publish(image("f", sec=sec))
-        assert pub._writer.wait_for_acks(duration(seconds=20))  # acknowledged: in the reader's history
-        assert got == [] and sub.takes == 0  # no room: nothing taken
-        assert sub.take_waiting() == 5
-        me = threading.current_thread().name
-        assert got == [(sec, me) for sec in range(5)] and sub.takes == 1  # the consumer's thread, one take
-        room.set()
-        sub.nudge()
-        pub.publish(image("f", sec=5))
-        wait_until(lambda: len(got) == 6, 20, "the sample taken as it came")
-        assert got[-1][0] == 5 and got[-1][1].startswith("dds-take")
-        room.clear()
-        sub.drain_s = 0.05
-        sub.nudge()  # ends the thread's wait: it waits 0.05 s from now on
-        for sec in range(6, 9):
-            pub.publish(image("f", sec=sec))
-        wait_until(lambda: len(got) == 9, 20, "the reader drained by the thread")
-        assert [sec for sec, _ in got] == list(range(9)) and all(t.startswith("dds-take") for _, t in got[6:])
-    finally:
-        a.close()
-        b.close()
-
-
-def test_a_paced_reader_is_drained_at_half_its_depth_at_the_rate_last_seen():
-    from openclaw_vision.ros.cyclone import DRAIN_MAX_S, DRAIN_MIN_S, drain_after
-
-    assert drain_after(32, 8, 0.25) == pytest.approx(0.5)  # 32 fps: 16 samples in 0.5 s
-    assert drain_after(32, 30, 0.25) == pytest.approx(16 * 0.25 / 30)  # 120 fps: 16 samples in 0.133 s
-    assert drain_after(32, 0, 1.0) == DRAIN_MAX_S  # nothing came: the longest
-    assert drain_after(32, 1, 10.0) == DRAIN_MAX_S  # a slow camera: still within the longest
-    assert drain_after(32, 10_000, 0.1) == DRAIN_MIN_S  # a flood: the shortest
-
-
 class FakeClock:
     """A monotonic clock the test steps: no test here waits for real time to pass."""
 

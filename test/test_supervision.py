@@ -258,7 +258,7 @@ def test_an_encoder_thread_that_fails_is_shown_restarted_and_serves_the_next_fra
     enc = OnnxRuntimeEncoder(tiny_model, threads=1)
     enc.backend = "triton" if overlap else enc.backend  # a backend that is not a CPU runtime: overlap on its own
     node = EncoderNode(EncoderConfig(diagnostics_period=0.05), node_t, enc, overlap=overlap)
-    owner = node.intake if inject == "take" else node
+    owner = node._slots if inject == "take" else node
     fault = Faulty(getattr(owner, inject))
     setattr(owner, inject, fault)
     try:

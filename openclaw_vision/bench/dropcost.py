@@ -18,13 +18,10 @@ thread over a measured window and divided by the frames the node received in it:
   Split into the intake (decode, validate, count: SampleIntake's calls, timed alike) and the rest of
   our take thread (waking, `dds_takecdr`).
 
-Three take paths on Cyclone, side by side in one run: `paced` (the node's: while a camera's slot holds a frame
-the worker has not taken, the samples after it wait in the reader, drained by the take thread at half the
-reader's depth or taken by the worker when it wants the newest: one wake-up for many samples), `all` (the
-node of the stop before: one `dds_takecdr` for everything the reader holds, but a wake-up for each sample
-as it comes) and `one` (a take per sample: the path before issue 38, cyclone.TAKE_AT_MOST = 1). Every
-sample goes through the node's whole intake on each path (decoded, checked, counted: subscription.py says
-why the older ones are not skipped). Full runs add `all+arena`:
+Two take paths on Cyclone, side by side in one run: `all` (the node's: one wake-up and one
+`dds_takecdr` for everything the reader holds) and `one` (a take per sample: the path before issue 38,
+cyclone.TAKE_AT_MOST = 1). Every sample goes through the node's whole intake either way (decoded,
+checked, counted: subscription.py says why the older ones are not skipped). Full runs add `all+arena`:
 `all` with glibc's malloc told to keep 6 MB blocks in its heap (ARENA), a candidate for lowering the
 floor itself (Cyclone's receive thread copies each frame into a fresh 6 MB block: mmap, page faults and
 zeroing per frame by default, and munmap where the last view of it goes). Each
@@ -55,10 +52,8 @@ import numpy as np
 from ..core import children
 from ..runtime import bags, threads
 
-#: the take paths compared: a take per sample (before issue 38), all the reader holds per take (one wake-up per
-#: sample still, the node of the stop before), and paced (the node now: while a camera's slot holds a frame the
-#: worker has not taken, samples wait in the reader and are taken together)
-PATHS = ("one", "all", "paced")
+#: the take paths compared: a take per sample (before issue 38), all the reader holds per take (now)
+PATHS = ("one", "all")
 #: `all` again with glibc's malloc keeping 6 MB blocks in its heap (no mmap, page faults and zeroing per frame
 #: in Cyclone's receive thread, no munmap where the last view is released): a candidate to lower the floor,
 #: measured beside the default in full runs (the env a launch file or unit would set)
@@ -177,9 +172,7 @@ def receive(transport: str, path: str, topics: Sequence[str], seconds: float, wa
     if transport == "cyclonedds":  # rclpy takes one per callback whatever we ask (and may lack cyclonedds)
         from ..ros import cyclone
 
-        base = path.split("+")[0]  # before the subscriptions are made:
-        cyclone.TAKE_AT_MOST = 1 if base == "one" else None
-        cyclone.PACED = base == "paced"
+        cyclone.TAKE_AT_MOST = 1 if path.split("+")[0] == "one" else None  # before the subscriptions are made
     clock = IntakeClock()
     t = create_transport(transport, "dropcost_receiver", [])
     enc = PausedEncoder()
@@ -284,7 +277,7 @@ def line(row: dict) -> str:
 def goals(res: dict) -> list[dict]:
     from .goals import row
 
-    now = [r for r in res["rows"] if r["path"] == "paced" or r["transport"] == "rclpy"]
+    now = [r for r in res["rows"] if r["path"] == "all" or r["transport"] == "rclpy"]
     out = []
     for transport in sorted({r["transport"] for r in now}):
         worst = max(r["our_share_ms"] for r in now if r["transport"] == transport)

@@ -47,7 +47,6 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -210,23 +209,8 @@ class Taker:
         return taken
 
 
-#: False: `pace` is ignored and every subscription takes its samples as they come (the node before pacing), which
-#: bench/dropcost.py measures beside the paced node.
-PACED = True
 #: Seconds a take thread pauses after a failed take before it waits and takes again.
 TAKE_RETRY_S = 0.1
-#: The longest and shortest a paced reader is left to fill before its thread drains it (`drain_after`).
-DRAIN_MAX_S, DRAIN_MIN_S = 0.5, 0.02
-
-
-def drain_after(depth: int, taken: int, seconds: float) -> float:
-    """How long a paced reader of `depth` samples may fill before its thread drains it: half its depth at the
-    rate of the last drain (`taken` samples in `seconds`), within DRAIN_MIN_S..DRAIN_MAX_S. Half: a burst of
-    twice the rate still fits, and a full reader is flow control on reliable (the writer waits) and a
-    counted loss on best effort. Nothing taken: the longest."""
-    if taken <= 0 or seconds <= 0:
-        return DRAIN_MAX_S
-    return min(DRAIN_MAX_S, max(DRAIN_MIN_S, 0.5 * depth * seconds / taken))
 
 
 class _Subscription:
@@ -237,17 +221,7 @@ class _Subscription:
     read condition is a level (set while the reader holds a sample, and dds_waitset_wait checks it before
     it blocks: eclipse-cyclonedds/cyclonedds, src/core/ddsc/src/dds_waitset.c), so a sample that came
     meanwhile ends the wait at once. `takes` counts the calls that found samples (samples per take: how far
-    behind the thread was).
-
-    **Paced** (`pace`, the encoder node's cameras): while the consumer does not want a sample (its slot
-    holds one the worker has not taken), samples wait in the reader instead of being taken one wake-up
-    each, only for the next to displace them. The consumer takes them itself when it wants the newest
-    (`take_waiting`, on its own thread, before it chooses a batch) and `nudge`s this thread once it has
-    room again; meanwhile this thread drains the reader before it fills (`drain_after`). Every sample
-    still goes through the intake, in order (decoded, checked, counted; a bad one rejected): what pacing
-    saves is the wake-ups, one per batch of samples instead of one per sample, and a wake-up of this
-    thread, not the sample, is what a dropped frame mostly cost (bench/dropcost.py).
-    """
+    behind the thread was)."""
 
     def __init__(self, participant, topic_obj, qos: QoS, intake: SampleIntake) -> None:
         from cyclonedds.core import InstanceState, ReadCondition, SampleState, ViewState, WaitSet
@@ -270,12 +244,6 @@ class _Subscription:
         self._reliable = qos.reliability == "reliable"
         self.take_failures = Throttle()  # .total: takes that raised
         self._stop = threading.Event()
-        self._take_lock = threading.Lock()  # a take and its samples' intake, whole: this thread's or the consumer's
-        self._wanted: Callable[[], bool] | None = None  # paced: whether the consumer has room (None: always)
-        self._nudged = threading.Event()
-        self.drain_s = DRAIN_MAX_S  # paced: how long samples may wait in the reader (`drain_after`)
-        self._depth = rq.depth  # the most samples the reader holds untaken
-        self._emptied = time.monotonic()  # when a take last left the reader empty
         self._thread = threads.Thread(target=self._run, name=f"dds-take{intake.topic}", daemon=True)
         self._thread.start()
 
@@ -291,71 +259,28 @@ class _Subscription:
             raise DDSException(ret, f"taking a sample on {self.intake.topic}")
         return Taken(len(ret), [raw for raw, info in ret if info.valid_data])
 
-    def pace(self, wanted: Callable[[], bool]) -> None:
-        """Take only while `wanted()` (the consumer has room for a sample); otherwise let samples wait in the
-        reader for `take_waiting`, draining it before it fills (class doc). The consumer calls `nudge` when
-        `wanted()` turns true."""
-        if PACED:
-            self._wanted = wanted
+    def _run(self) -> None:
+        from cyclonedds.util import duration
 
-    def nudge(self) -> None:
-        """The consumer has room again: a paced thread waiting out its drain time goes back to taking."""
-        self._nudged.set()
-
-    def take_waiting(self) -> int:
-        """Every sample waiting in the reader, through the intake on the caller's thread (the consumer's, when
-        it wants the newest); how many were taken. A take that fails is logged (throttled) and taken again
-        by the next call or by this subscription's thread."""
-        return self._take_all()[0]
-
-    def _take_all(self) -> tuple[int, bool]:
-        """Take everything the reader holds and hand it to the intake, oldest first: (samples taken, whether
-        a take failed). Each time the reader is left empty, the samples since it last was give the rate a
-        paced thread drains at (`drain_after`; an empty take shortens the next interval: the drain comes
-        sooner, never later)."""
-        n = 0
-        while True:
-            with self._take_lock:
-                if self._stop.is_set():  # closing (a node re-subscribing): the reader goes, nothing more is taken
-                    return n, False
+        while not self._stop.is_set():
+            self._waitset.wait(duration(milliseconds=100))
+            while not self._stop.is_set():
                 t0 = time.perf_counter()
                 try:
                     taken = self._take()
                 except Exception as err:
                     self.take_failures.failure(log, f"take on {self.intake.topic} failed", err)
-                    return n, True
-                if taken.count:
-                    self.takes += 1
-                    n += taken.count
-                    for raw in taken.samples:  # oldest first, each through the intake (subscription.py)
-                        self.intake(raw, t0)
-                # fewer than asked for: the reader had no more (one dds_takecdr a wake-up, not two)
-                drained = taken.count < self._most
+                    self._stop.wait(TAKE_RETRY_S)  # the reader still signals data: without a pause, a hot loop
+                    break
+                if not taken.count:
+                    break
+                self.takes += 1
+                drained = taken.count < self._most  # the reader had no more: the next sample wakes the wait
+                for raw in taken.samples:  # oldest first, each through the intake (subscription.py)
+                    self.intake(raw, t0)
                 taken = raw = None  # keep no sample alive here: its bytes go back when its users are done
-                if drained:
-                    now = time.monotonic()
-                    if n:
-                        self.drain_s = drain_after(self._depth, n, now - self._emptied)
-                    self._emptied = now
-                    return n, False
-
-    def _run(self) -> None:
-        from cyclonedds.util import duration
-
-        while not self._stop.is_set():
-            wanted = self._wanted
-            if wanted is not None and not wanted():
-                # the consumer holds a sample it has not taken: the next ones wait in the reader until it
-                # wants one (`nudge`) or the reader needs draining
-                self._nudged.wait(self.drain_s)
-                self._nudged.clear()
-                if not wanted():
-                    if self._take_all()[1]:  # the reader still signals data: without a pause, a hot loop
-                        self._stop.wait(TAKE_RETRY_S)
-                    continue
-            self._waitset.wait(duration(milliseconds=100))
-            if self._take_all()[1]:
-                self._stop.wait(TAKE_RETRY_S)
+                if drained:  # a second take would find nothing: one dds_takecdr a wake-up, not two
+                    break
 
     def matched(self) -> int:
         return len(self._reader.get_matched_publications())
@@ -376,12 +301,10 @@ class _Subscription:
 
     def close(self) -> None:
         self._stop.set()
-        self._nudged.set()
         self._thread.join(timeout=2)
-        with self._take_lock:  # a consumer's take_waiting in flight ends first; later ones find the stop set
-            if self._reader is not None:
-                self._lost_at_close = self.lost()
-                self._waitset = self._cond = self._reader = None  # the last references: DDS deletes the reader
+        if self._reader is not None:
+            self._lost_at_close = self.lost()
+            self._waitset = self._cond = self._reader = None  # the last references: DDS deletes the reader
 
 
 #: QoS of both endpoints of a service: rclpy's qos_profile_services_default (reliable, keep_last 10, volatile)

@@ -104,7 +104,7 @@ class EncoderNode:
         self.watchdog = threads.Watchdog(cfg.watchdog_period)
         self._reconfigure_lock = threading.Lock()
         self.intake = Intake(camera_specs(cfg), cfg.log_throttle_period)
-        self.cameras = self.intake.cameras
+        self.cameras, self._slots = self.intake.cameras, self.intake.slots
         for cam in self.cameras.values():
             cam.features = transport.publisher(cam.spec.features_topic, VISUAL_FEATURES, DEFAULT)
         self.node_counters = NodeCounters(self.intake, encoder, self.pipeline.max_batch, transport,
@@ -112,12 +112,11 @@ class EncoderNode:
         self._warn_fail = self.node_counters.warn_fail
         for cam in self.cameras.values():
             cam.images = self._subscribe_images(cam)
-            self.intake.pace(cam)
         self.overlap = overlaps(self.pipeline) if overlap is None else overlap and self.pipeline.concurrent
         self.stages = BatchStages(self.pipeline, self.cameras, transport, self.node_counters)
         # stage two through `_encode_and_publish`, looked up per batch: the node's seam (a test injects a fault there)
         self.scheduler: BatchScheduler[TakenBatch] = BatchScheduler(
-            self.intake, self.pipeline.max_batch, self.stages.prepare, lambda t: self._encode_and_publish(t),
+            self._slots, self.pipeline.max_batch, self.stages.prepare, lambda t: self._encode_and_publish(t),
             self.stages.failed, self.supervisor, self.overlap)  # fmt: skip
         self._reporter = self.supervisor.thread("diagnostics", self._report)
 
@@ -189,7 +188,6 @@ class EncoderNode:
         cam.lost_before = cam.lost()
         cam.images.close()
         cam.images = self._subscribe_images(cam)
-        self.intake.pace(cam)
 
     def _subscribe_images(self, cam: Camera):
         """A camera's image subscription as `self.cfg` asks for it (at start, and again after a QoS change);

@@ -5,11 +5,6 @@ features go, each camera's counts, and every sample from its transport thread in
                       Frame (bytes that are not an image: `rejected`, logged) → the camera's slot; a frame
                       it displaces, never taken by the worker: `dropped`
 
-While a camera's slot holds a frame the worker has not taken, its subscription is paced (`pace`): newer
-samples wait in the reader, where the transport can hold them, and the worker's `take` runs them through
-the same steps on its own thread when it wants the newest (the transport thread drains the reader before it
-fills). The steps and the counts are the same on either thread; what pacing saves is a wake-up per sample.
-
 Cameras: `image_topic` (one camera, features on `features_topic`) or `image_topics` (N cameras; camera k's
 features on `features_pattern` with {camera} = its topic's namespace, e.g. /front/image_raw →
 /front/visual_features). A topic in `image_topics` ending in /compressed is read as CompressedImage; the
@@ -180,28 +175,6 @@ class Intake:
         cam.time("deserialize", deserialize_s + time.perf_counter() - t0)
         if self.slots.put(cam.spec.topic, (frame, msg.header, time.perf_counter())):
             cam.count("dropped")
-
-    def pace(self, cam: Camera) -> None:
-        """`cam`'s subscription takes samples only while its slot is empty: while the worker has not taken the
-        frame waiting there, newer ones wait in the reader (where the transport can hold them: cyclone.py's
-        paced subscription) until `take` wants the newest, instead of each being taken, checked and then
-        displaced on a wake-up of its own."""
-        key = cam.spec.topic
-        cam.images.pace(lambda: not self.slots.holds(key))
-
-    def take(self, limit: int, timeout: float | None) -> list[tuple]:
-        """The worker's take (LatestSlots.take's): every camera's waiting samples first, through the intake on
-        this thread, so each slot holds its camera's newest; then up to `limit` slots; the cameras taken from
-        are told they have room again."""
-        for cam in self.cameras.values():
-            if cam.images is not None:
-                cam.images.take_waiting()
-        got = self.slots.take(limit, timeout)
-        for key, _ in got:
-            images = self.cameras[key].images
-            if images is not None:
-                images.nudge()
-        return got
 
     @contextlib.contextmanager
     def between_frames(self) -> Iterator[None]:

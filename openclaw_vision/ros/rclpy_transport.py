@@ -82,17 +82,6 @@ class _Subscription:
         best effort) is not in it: README, "Frames DDS can lose without telling"."""
         return self.message_lost + self.intake.malformed
 
-    def pace(self, wanted) -> None:
-        """Nothing to pace: rclpy's executor hands every sample to the callback as it is taken, one take per
-        callback, so no sample waits in a reader for the consumer (cyclone.py's subscription can)."""
-
-    def nudge(self) -> None:
-        """Nothing waits (`pace`)."""
-
-    def take_waiting(self) -> int:
-        """Nothing waits for the consumer here (`pace`): 0."""
-        return 0
-
     def close(self) -> None:
         self._node.destroy_subscription(self._sub)
 

@@ -57,8 +57,7 @@ TAKE_POLL_S = 0.2
 
 
 class Slots(Protocol):
-    """Where the frames wait: anything with stats.LatestSlots' `take` (one newest item per camera, taken round
-    robin); the node's is its intake.Intake, which fills each slot with its camera's newest first."""
+    """Where the frames wait: stats.LatestSlots (one newest item per camera, taken round robin)."""
 
     def take(self, limit: int = 1, timeout: float | None = None) -> list[tuple]: ...
 

@@ -18,20 +18,16 @@ thing from our `QoS`, and say in one place where they cannot.
 
 **What a dropped frame costs here.** Where the reader lets us take everything it holds in one call
 (Cyclone: `dds_takecdr` with a limit), one wake-up and one take serve every sample waiting, however
-many a busy moment left there; and where the consumer can say it has no room (Cyclone's paced
-subscription: the encoder node's camera whose slot holds a frame the worker has not taken), the samples
-after it are left in the reader and taken together, when the worker wants the newest or before the
-reader fills, instead of each on a wake-up of its own only to be displaced by the next. A wake-up of
-the take thread, cold from the frame the receive thread just copied, was most of what a dropped frame
-cost us (bench/dropcost.py's table, paced against not). Each sample still comes through this core and
-the node's checks: a frame is decoded by reading its ~60 bytes of fields (its pixels stay a view of the
-sample and are never touched before the worker takes the frame), checked, and only then may it displace
-its camera's newest frame. Not decoding the older samples of a take was tried (issue 38) and given up: a
-bad image among them would be counted as a drop instead of rejected and logged, and a garbage frame
-arriving last would push out the valid one before it (the reliability fuzz and the multi-camera test
-caught both), to save ~15 µs per frame (decode ~8, checks ~6: thread CPU time of a 1080p rgb8 sample in
-a loop). Where the reader hands samples over one at a time (rclpy's executor: one take per callback, its
-two copies already made) every sample costs rclpy's take: its floor, beside our share.
+many a busy moment left there. Each sample still comes through this core and the node's checks: a
+frame is decoded by reading its ~60 bytes of fields (its pixels stay a view of the sample and are never
+touched before the worker takes the frame), checked, and only then may it displace its camera's newest
+frame. Not decoding the older samples of a take was tried (issue 38) and given up: a bad image among
+them would be counted as a drop instead of rejected and logged, and a garbage frame arriving last would
+push out the valid one before it (the reliability fuzz and the multi-camera test caught both), to save
+~15 µs per frame (decode ~8, checks ~6: thread CPU time of a 1080p rgb8 sample in a loop; what the rest
+of a dropped frame costs is `bench/dropcost.py`'s table). Where the reader hands samples over one at
+a time (rclpy's executor: one take per callback, its two copies already made) every sample costs
+rclpy's take: its floor, beside our share.
 """
 
 from __future__ import annotations

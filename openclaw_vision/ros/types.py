@@ -69,18 +69,6 @@ class Publisher(Protocol):
 class Subscription(Protocol):
     def matched(self) -> int: ...
 
-    def pace(self, wanted: Callable[[], bool]) -> None:
-        """Take samples only while `wanted()`; others wait in the reader where the transport can hold them."""
-        ...
-
-    def nudge(self) -> None:
-        """`wanted()` turned true: take again."""
-        ...
-
-    def take_waiting(self) -> int:
-        """Take every sample waiting, through the callback on the caller's thread; how many."""
-        ...
-
     def close(self) -> None:
         """Stop delivering samples (a node re-creates its subscription this way to change QoS)."""
         ...

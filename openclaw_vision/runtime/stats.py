@@ -177,10 +177,6 @@ class LatestSlots:
             self._cond.notify()
             return displaced
 
-    def holds(self, key) -> bool:
-        """Whether `key`'s slot holds an item not taken yet (a read of one dict key: no lock)."""
-        return key in self._items
-
     def take(self, limit: int = 1, timeout: float | None = None) -> list[tuple]:
         """[(key, item)] of up to `limit` cameras (round robin, see the class); [] on timeout or after close()."""
         with self._cond:
