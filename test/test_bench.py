@@ -282,3 +282,24 @@ def test_capacity_bench_finds_a_rate_and_accounts_the_cores_by_thread(tiny_model
     assert compute["frames_per_s"] > 0 and node["combined_limit_fps"] < compute["frames_per_s"]
     goals = {g["goal"].split(":")[0] for g in json.loads((out / "bench.json").read_text())["goals"]}
     assert "one raw 1080p camera" in goals and (out / "capacity_cpu.png").stat().st_size > 0
+
+
+def test_the_schedule_bench_keeps_the_default_layout_only_within_the_rounds_spread_of_the_best():
+    """bench/schedule.py's verdict: the best layout is the highest mean; the default is kept where its best round
+    reaches the best layout's worst, and said NO where every round of it is below."""
+    from openclaw_vision.bench.schedule import LAYOUTS, markdown, verdicts
+
+    def trials(transport: str, fps: dict[str, list[float]]) -> list[dict]:
+        return [{"transport": transport, "layout": name, "round": r, "total_fps": f, "delivered_fps_per_camera": 25.0}
+                for name, rounds in fps.items() for r, f in enumerate(rounds)]  # fmt: skip
+
+    names = [n for n, *_ in LAYOUTS]
+    close = trials("raw", dict(zip(names, ([31.0, 33.0], [30.0, 31.0], [28.0, 29.0], [32.0, 34.0]), strict=True)))
+    far = trials("compressed", dict(zip(names, ([27.0, 28.0], [30.0, 31.0], [35.0, 36.0], [29.0, 30.0]), strict=True)))
+    got = {v["transport"]: v for v in verdicts(close + far)}
+    assert (got["raw"]["best"], got["raw"]["default_kept"]) == ("all + 1", True)
+    assert (got["compressed"]["best"], got["compressed"]["default_kept"]) == ("1 + all", False)
+    assert got["raw"]["layouts"]["default"] == {"mean": 32.0, "min": 31.0, "max": 33.0, "delivered_mean": 25.0,
+                                                  "cpu_percent_mean": None}
+    table = "\n".join(markdown({"cameras": 4, "fps": 30.0, "rounds": 2, "cores": 2, "verdicts": list(got.values())}))
+    assert "| compressed | default | 27.5 (27.0-28.0) | 25.0 | None |  | NO |" in table

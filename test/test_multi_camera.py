@@ -604,3 +604,68 @@ def test_frames_that_waited_in_the_reader_are_each_checked_and_counted_and_the_n
         assert s["encoded"] + s["dropped"] + s["rejected"] == frames and s["missing_estimate"] == s["lost"] == 0, s
         assert s["encoded"] == len(feats[c].items) and _stamp(feats[c].items[-1]) == last
         assert node.cameras[c].images.takes == 2  # frame 0's take, then one for the seven that waited
+
+
+def test_the_node_takes_its_prepare_pool_size_from_prep_threads_and_its_defaults_from_the_cores_it_may_use(tiny_model):
+    """`prep_threads` sizes the pool that prepares one batch's frames; 0 means min(max_batch, cores), and every
+    default thread count (the pool, ONNX Runtime's, OpenVINO's, llama.cpp's) counts the cores of this process's
+    affinity mask: a node pinned to one core of two prepares on one thread and runs one runtime thread."""
+    import os
+    from unittest import mock
+
+    from openclaw_vision.core.cpu import usable_cores
+    from openclaw_vision.core.ortsession import session_options
+    from openclaw_vision.ros.encoder_node import EncoderNode
+
+    cams = (FRONT, LEFT, "/rear/image_raw", "/top/image_raw")
+
+    def pool(**kw) -> int:
+        node = EncoderNode(EncoderConfig(image_topics=cams, max_batch=4, **kw), mock.MagicMock(),
+                           OnnxRuntimeEncoder(tiny_model, threads=1))  # fmt: skip
+        try:
+            return node.pipeline.prep_threads
+        finally:
+            node.pipeline.close()
+
+    assert pool(prep_threads=1) == 1
+    assert pool(prep_threads=3) == 3
+    assert pool() == min(4, usable_cores())
+    mask = os.sched_getaffinity(0)
+    if len(mask) < 2:
+        pytest.skip("one core: the affinity half of the test needs two")
+    try:
+        os.sched_setaffinity(0, {min(mask)})  # this thread only (Linux: pid 0 is the calling thread)
+        assert usable_cores() == 1
+        assert pool() == 1
+        assert session_options().intra_op_num_threads == 1
+    finally:
+        os.sched_setaffinity(0, mask)
+    assert pool() == min(4, len(mask))
+
+
+def test_the_runtime_pool_made_while_the_model_loads_waits_for_the_cpu_like_the_encode_stage(tiny_model):
+    """The node's build loads the model inside threads.lower_threads_started: the threads ONNX Runtime starts
+    for its pool then run at the worker's niceness (scheduler.WORKER_NICE), so on a busy machine the DDS receive
+    threads and the take threads (the process's own niceness) come first; threads that were there before keep
+    theirs."""
+    import os
+    from unittest import mock
+
+    from openclaw_vision.ros import encoder_node
+    from openclaw_vision.ros.scheduler import WORKER_NICE
+    from openclaw_vision.runtime.threads import task_ids
+
+    def nice(tid: int) -> int:
+        return os.getpriority(os.PRIO_PROCESS, tid)
+
+    before = {tid: nice(tid) for tid in task_ids()}
+    cfg = EncoderConfig(image_topics=(FRONT, LEFT), model_path=str(tiny_model), backend="onnxruntime", threads=2)
+    node = encoder_node._build(cfg, mock.MagicMock())
+    try:
+        started = task_ids() - set(before)
+        assert started, "ONNX Runtime started no pool thread for threads=2"
+        base = os.getpriority(os.PRIO_PROCESS, 0)
+        assert {nice(tid) for tid in started} == {min(19, base + WORKER_NICE)}
+        assert all(nice(tid) == n for tid, n in before.items() if tid in task_ids())
+    finally:
+        node.pipeline.close()

@@ -195,14 +195,16 @@ def node_args(args, stats: Path) -> list[str]:
             "--stats-json", str(stats)]  # fmt: skip
 
 
-def _launches(setup: str, cams: list[tuple[str, str]], args, trial: Path) -> list[list[str]]:
-    """Each node's command line: one multi-camera node, or one node per camera (`--image-topic` of its own)."""
+def _launches(setup: str, cams: list[tuple[str, str]], args, trial: Path,
+              node_flags: tuple[str, ...] = ()) -> list[list[str]]:  # fmt: skip
+    """Each node's command line: one multi-camera node, or one node per camera (`--image-topic` of its own);
+    `node_flags` (bench/schedule.py's thread counts) go to every node."""
     if setup == "multi":
-        base = node_args(args, trial / "stats0.json")
+        base = [*node_args(args, trial / "stats0.json"), *node_flags]
         return [[*base, "--image-topics", *(t for t, _ in cams)]]
     launches = []
     for k, (image, feats) in enumerate(cams):
-        one = node_args(args, trial / f"stats{k}.json")
+        one = [*node_args(args, trial / f"stats{k}.json"), *node_flags]
         if image.endswith("/compressed"):
             one += ["--image-transport", "compressed"]
         launches.append([*one, "--image-topic", image.removesuffix("/compressed"), "--features-topic", feats])
@@ -256,9 +258,10 @@ def _play(what: str, n: int, args, bag: Path, trial: Path, nodes: list, usage: _
     return _Window(t_start, window0, window1, used, p_cpu, played)
 
 
-def run_setup(setup: str, n: int, args, bag: Path, work: Path, publishers: str = "one", fps: float = FPS) -> dict:
-    """One trial: the nodes of `setup` (multi: one node, single: n nodes), the player(s) at `fps` per camera,
-    the counts.
+def run_setup(setup: str, n: int, args, bag: Path, work: Path, publishers: str = "one", fps: float = FPS,
+              node_flags: tuple[str, ...] = ()) -> dict:  # fmt: skip
+    """One trial: the nodes of `setup` (multi: one node, single: n nodes, each with `node_flags`), the player(s)
+    at `fps` per camera, the counts.
 
     Everything started here (this process's transport, the nodes, the player, the sampling thread)
     is stopped on the way out whatever fails, nodes and player before the transport."""
@@ -278,7 +281,7 @@ def run_setup(setup: str, n: int, args, bag: Path, work: Path, publishers: str =
         subs = [t.subscribe(f, VISUAL_FEATURES, QoS("reliable", 100), feats.callback(k))
                 for k, (_, f) in enumerate(cams)]  # fmt: skip
         nodes = []
-        for i, argv in enumerate(_launches(setup, cams, args, trial)):
+        for i, argv in enumerate(_launches(setup, cams, args, trial, node_flags)):
             nodes.append(NodeProcess(argv, log_path=trial / f"node{i}.log"))
             stack.callback(nodes[-1].stop)
         usage = _Usage([p.proc.pid for p in nodes])  # from the start: the peak RSS includes loading the model

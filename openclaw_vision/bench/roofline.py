@@ -7,10 +7,9 @@ rate is reported beside it.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
+from ..core.cpu import usable_cores
 from ..models.configs import get_config
 from .harness import Variant, run_interleaved
 
@@ -128,7 +127,7 @@ def int8_gemm_call(runtime: str, n: int, threads: int = 0):
             compiled = ov.Core().compile_model(
                 str(path),
                 "CPU",
-                {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": threads or (os.cpu_count() or 1)},
+                {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": threads or usable_cores()},
             )
         req = compiled.create_infer_request()
         return lambda: req.infer({0: x})

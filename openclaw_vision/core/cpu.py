@@ -48,6 +48,16 @@ ONEDNN_FORCIBLE = (("AVX2", "avx2"), ("AVX512_CORE_VNNI", "avx512_vnni"), ("AVX5
 _BELOW_AVX2 = ("sse", "avx")
 
 
+def usable_cores() -> int:
+    """The cores this process may run on: its affinity mask (taskset, a container's cpuset), not the machine's
+    count; the count where the platform has no affinity call. Every default thread count reads this one (the
+    inference runtimes, the prepare pool, llama.cpp), so a node pinned to two cores of eight runs two threads."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 @lru_cache(maxsize=1)
 def flags() -> frozenset[str]:
     """The CPU's feature flags (empty where /proc/cpuinfo has none: not Linux, or not x86)."""

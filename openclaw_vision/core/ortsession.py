@@ -8,8 +8,9 @@ A leaf of the package (ONNX Runtime is imported when a session is made): the exp
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from .cpu import usable_cores
 
 
 def session_options(threads: int = 0, spinning: bool = False, exact_u8s8: bool = True):
@@ -28,7 +29,7 @@ def session_options(threads: int = 0, spinning: bool = False, exact_u8s8: bool =
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads if threads > 0 else (os.cpu_count() or 1)
+    opts.intra_op_num_threads = threads if threads > 0 else usable_cores()
     opts.inter_op_num_threads = 1
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 import platform
 from pathlib import Path
 
@@ -117,7 +116,7 @@ class OpenVinoEncoder(HostInput):
         self.model_id, self.precision = self.info.model_id, self.info.precision
         self.image_size, self.embed_dim = self.info.image_size, self.info.embed_dim
         self.max_batch = self.info.max_batch
-        self.threads = threads if threads > 0 else (os.cpu_count() or 1)
+        self.threads = threads if threads > 0 else cpu.usable_cores()
         self.performance_hint = performance_hint
         self._core, self._path = core, path
         if performance_hint == "throughput":

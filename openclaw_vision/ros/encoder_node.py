@@ -78,7 +78,7 @@ from .batch_stages import BatchStages, TakenBatch
 from .intake import COUNTS, Camera, Intake, camera_specs
 from .node_counters import NODE_NAME, STATUS_NAME, UNSEEN, NodeCounters
 from .runner import every, node_main
-from .scheduler import BatchScheduler
+from .scheduler import WORKER_NICE, BatchScheduler
 from .types import DEFAULT, VISUAL_FEATURES, QoS, Transport
 
 log = logging.getLogger(NODE_NAME)
@@ -98,7 +98,7 @@ class EncoderNode:
                  overlap: bool | None = None) -> None:  # fmt: skip
         """`overlap`: prepare batch k+1 while batch k encodes; None: where it pays (`overlaps`)."""
         self.cfg, self.transport, self.encoder = cfg, transport, encoder
-        self.pipeline = FramePipeline(encoder, max_batch=cfg.max_batch)
+        self.pipeline = FramePipeline(encoder, max_batch=cfg.max_batch, prep_threads=cfg.prep_threads or None)
         self._stop = threading.Event()
         self.supervisor = threads.Supervisor(self._stop, log)
         self.watchdog = threads.Watchdog(cfg.watchdog_period)
@@ -259,7 +259,11 @@ def overlaps(pipeline: FramePipeline) -> bool:
 def _build(cfg: cfgmod.EncoderConfig, transport: Transport) -> EncoderNode:
     camera_specs(cfg)  # a camera set that cannot work stops here, before a model is loaded
     model_path = cfg.model_path or str(default_model_path(projected_name(cfg.model, cfg.output_dim), cfg.precision))
-    return EncoderNode(cfg, transport, create_encoder(cfg.backend, model_path, options=encoder_options(cfg)))
+    # the runtime's pool, made here, does the encode's work: it waits for the CPU as the encode stage does
+    # (scheduler.WORKER_NICE says why and what it measured)
+    with threads.lower_threads_started(WORKER_NICE):
+        encoder = create_encoder(cfg.backend, model_path, options=encoder_options(cfg))
+    return EncoderNode(cfg, transport, encoder)
 
 
 def encoder_options(cfg: cfgmod.EncoderConfig) -> EncoderOptions:

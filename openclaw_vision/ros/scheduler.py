@@ -28,7 +28,6 @@ Why the overlap is not always on: see encoder_node.overlaps.
 from __future__ import annotations
 
 import logging
-import os
 import queue
 import threading
 import time
@@ -47,8 +46,12 @@ log = logging.getLogger("encoder_node")
 #: lose without telling"): `ros2 bag play` of 60 1080p frames at 30 fps into the rclpy node, 2 cores,
 #: depth 32: at +10 the node received 57-60 of 60 in 10 of 10 runs, without it 52-60 (2 of 8 runs below
 #: 57, the socket overflowing); the price is fewer frames encoded at saturation (mean 46.9 against 50.0
-#: of 60). A runtime pool made at load (ONNX Runtime's threads, OpenVINO's latency model) keeps the
-#: process's niceness.
+#: of 60). A runtime pool made at load (ONNX Runtime's threads, OpenVINO's latency model) gets the same
+#: niceness (encoder_node._build, threads.lower_threads_started). Measured (issue 38, 2-core AVX-512 EPYC, one
+#: 4-camera node at 30 fps 1080p, the cameras bench's trial, rounds in alternating order): raw rgb8 from one
+#: publisher, the node received 27.0 / 27.7 / 27.8 frames/s per camera with it against 21.8 / 23.1 / 25.3
+#: without, and encoded as many (31.4 / 33.7 / 34.9 against 32.5 / 29.6 / 36.4 frames/s); JPEG, where every
+#: frame arrived either way, 42.8 / 43.2 against 38.0 / 46.0.
 WORKER_NICE = 10
 #: how often a stage waiting for the other looks at the stop
 HANDOFF_POLL_S = 0.2
@@ -109,7 +112,7 @@ class BatchScheduler(Generic[W]):
         """Start the stages' threads, each `nice` steps below the process's priority (see WORKER_NICE)."""
         for t in self.threads:
             t.start()
-            lower_priority(t, nice)
+            threads.lower_priority(t.native_id, nice, t.name)
 
     def stop(self, timeout: float) -> list[str]:
         """End both stages and join their threads, `timeout` seconds in all (an encode in flight finishes
@@ -200,10 +203,3 @@ class BatchScheduler(Generic[W]):
                 self._encoder_idle.set()
 
 
-def lower_priority(thread: threading.Thread, nice: int) -> None:
-    """Give a started thread a higher niceness (Linux schedules each thread on its own); elsewhere, or
-    when refused, it keeps the process's, with one debug line."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, thread.native_id, os.getpriority(os.PRIO_PROCESS, thread.native_id) + nice)
-    except (AttributeError, OSError, TypeError) as err:
-        log.debug("thread %s keeps its priority: %s", thread.name, err)

@@ -197,6 +197,9 @@ class EncoderConfig(NodeConfig):
         "int8", "int8: the gated Q/DQ model (openclaw-vision quantize); fp32 on request", choices=PRECISIONS
     )  # fmt: skip
     threads: int = param(_OPTS.threads, "inference threads, 0 = one per core", minimum=0)
+    prep_threads: int = param(
+        0, "threads preparing (decoding, resizing) the frames of one batch at once; 0: min(max_batch, cores)", minimum=0
+    )  # fmt: skip
     performance_hint: str = param(
         _OPTS.performance_hint,
         "OpenVINO: latency = a batch as one request on all threads; throughput = each frame a request on one of "

@@ -26,7 +26,6 @@ batch may be prepared at a time — that buffer is the one the model reads.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -35,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.cpu import usable_cores
 from ..encoders.base import Embedding, FramePreprocessor, ImageEncoder
 from ..preprocess.compressed import CompressedFrame, ImageDecoder, create_decoder
 from ..preprocess.cpu import CpuPreprocessor
@@ -76,15 +76,6 @@ class BatchResult:
     preprocess_s: dict[int, float] = field(default_factory=dict)
     prepare_s: float = 0.0  # PreparedBatch.prepare_s
     encode_s: float = 0.0  # the whole batch's model call: every frame in it waited for all of it
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity mask, not the machine's count; the count where
-    the platform has no affinity call)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 class FramePipeline:

@@ -39,6 +39,7 @@ NAME_BYTES = 15  # the kernel's TASK_COMM_LEN is 16 with the NUL
 
 _ids: dict[int, str] = {}  # native id → our name, for the threads of this process started here
 _ids_lock = threading.Lock()
+log = logging.getLogger(__name__)
 
 
 def _prctl():
@@ -63,6 +64,33 @@ def name_current_as_python() -> None:
     """The calling thread's Python name into the kernel: for pools that name their threads themselves
     (a ThreadPoolExecutor's `initializer`)."""
     name_current(threading.current_thread().name)
+
+
+def lower_priority(tid: int | None, nice: int, what: str) -> None:
+    """Give thread `tid` (a native id) `nice` more niceness (Linux schedules each thread on its own); elsewhere,
+    or when refused, it keeps the process's, with one debug line."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + nice)
+    except (AttributeError, OSError, TypeError) as err:
+        log.debug("thread %s keeps its priority: %s", what, err)
+
+
+def task_ids() -> set[int]:
+    """This process's native thread ids (/proc/self/task; empty where there is none)."""
+    try:
+        return {int(t) for t in os.listdir("/proc/self/task")}
+    except OSError:
+        return set()
+
+
+@contextlib.contextmanager
+def lower_threads_started(nice: int):
+    """Threads the block starts and leaves running (a runtime's pool made while a model loads) get `nice`
+    more niceness: they do the same work as the threads the encode stage starts, which inherit its."""
+    before = task_ids()
+    yield
+    for tid in sorted(task_ids() - before):
+        lower_priority(tid, nice, f"{tid} (started at load)")
 
 
 def ours() -> dict[int, str]:

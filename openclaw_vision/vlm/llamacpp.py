@@ -26,11 +26,11 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
-import os
 from pathlib import Path
 
 import numpy as np
 
+from ..core.cpu import usable_cores
 from .gguf import GgufModel, read_gguf
 from .kv_cache import BlockManager, OutOfBlocks
 
@@ -76,7 +76,8 @@ def _quiet_logs(lib) -> None:
 
 
 def threads() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    """llama.cpp's thread count: one per core this process may use (core/cpu.py)."""
+    return usable_cores()
 
 
 class LlamaCppManager(BlockManager):
