@@ -82,3 +82,27 @@ def test_a_copy_of_our_config_is_ours(tmp_path):
     copy.write_bytes((ROOT / "config" / "cyclonedds-loopback.xml").read_bytes())
     uri = dds_config.for_rclpy({"CYCLONEDDS_URI": copy.as_uri(), "ROS_LOCALHOST_ONLY": "1"})
     assert uri.startswith("<CycloneDDS") and "NetworkInterface" not in uri
+
+
+def test_the_benches_raise_the_kernels_receive_buffer_cap_as_a_robots_admin_would_and_say_when_they_could_not(
+    tmp_path, monkeypatch
+):
+    """dds_config.raise_rmem_max: below the robot config's buffer the cap is written up (and the result says from
+    what); at or above it nothing is written; where the file cannot be written the result says why, and the
+    cap it reports is the one in force."""
+    from openclaw_vision.bench.cameras import socket_line
+    from openclaw_vision.ros import dds_config
+
+    want = dds_config.robot_receive_buffer()
+    assert want >= 32 * 2**20  # the robot config asks for whole 1080p frames' fragments
+    cap = tmp_path / "rmem_max"
+    monkeypatch.setattr(dds_config, "RMEM_MAX", cap)
+    cap.write_text("4194304\n")
+    got = dds_config.raise_rmem_max(want)
+    assert got == {"rmem_max_before": 4194304, "rmem_max": want, "raised": True, "why_not": None}
+    assert int(cap.read_text()) == want and "raised from 4194304 B" in socket_line(got)
+    assert dds_config.raise_rmem_max(want)["raised"] is False and int(cap.read_text()) == want
+    monkeypatch.setattr(dds_config, "RMEM_MAX", tmp_path / "no-such-dir" / "rmem_max")
+    refused = dds_config.raise_rmem_max(want)
+    assert refused["raised"] is False and refused["rmem_max"] is None and "No such file" in refused["why_not"]
+    assert "NOT raised" in socket_line(refused)

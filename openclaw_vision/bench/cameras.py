@@ -345,10 +345,28 @@ def _camera_row(image: str, c: dict, got: list[tuple[int, int]], window: _Window
     }
 
 
+def socket_buffers() -> dict:
+    """The kernel's cap on socket receive buffers, raised to the robot config's where this process may, as on a
+    robot (dds_config.raise_rmem_max): at Linux's default (~4 MB here) one node receiving four cameras' frames
+    on its one socket lost 10-20 % of them, uncounted, while four one-camera nodes lost none, and the
+    comparison measured the kernel setting. Every camera bench records it and prints it."""
+    from ..ros import dds_config
+
+    return dds_config.raise_rmem_max(dds_config.robot_receive_buffer())
+
+
+def socket_line(got: dict) -> str:
+    """One line for a bench's markdown: the cap its figures were measured under."""
+    how = ("raised from {} B, as config/cyclonedds-robot.xml asks".format(got["rmem_max_before"]) if got["raised"]
+           else f"NOT raised: {got['why_not']}" if got["why_not"] else "as found")  # fmt: skip
+    return f"Socket receive buffers capped at net.core.rmem_max = {got['rmem_max']} B ({how})."
+
+
 def run_cameras(args, work: Path) -> dict:
     """Every N of `args.cameras`, multi then single, one after the other in this run."""
     if args.quick:  # repeat runs: shorter windows, same table
         args.seconds, args.warmup = min(args.seconds, 4.0), min(args.warmup, 1.5)
+    buffers = socket_buffers()
     from ..runtime.config import IMAGE_TRANSPORTS
 
     args.camera_transport = args.camera_transport or IMAGE_TRANSPORTS[0]
@@ -373,6 +391,7 @@ def run_cameras(args, work: Path) -> dict:
         "camera_transport": args.camera_transport,
         "seconds": args.seconds,
         "warmup": args.warmup,
+        "socket_buffers": buffers,
     }
 
 
@@ -497,7 +516,7 @@ def markdown(res: dict) -> list[str]:
     lines = [
         "",
         f"Cameras ({res['camera_transport']} 1080p, each at the rate of its row, {res['seconds']} s measured after "
-        f"{res['warmup']} s warm-up):",
+        f"{res['warmup']} s warm-up). " + (socket_line(res["socket_buffers"]) if "socket_buffers" in res else ""),
         "",
         "| N | setup | nodes | publisher processes | delivered / offered frames/s per camera | frames/s total "
         "| per camera frames/s | min/mean | P50 / P99 ms per camera "

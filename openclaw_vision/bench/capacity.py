@@ -46,7 +46,17 @@ from ..core import children
 from ..runtime import bags, threads
 from ..runtime.config import IMAGE_TRANSPORTS
 from ..runtime.stats import percentiles
-from .cameras import FPS, PLAYER_FRAMES, _Features, compare, start_player, topics, where_time_goes
+from .cameras import (
+    FPS,
+    PLAYER_FRAMES,
+    _Features,
+    compare,
+    socket_buffers,
+    socket_line,
+    start_player,
+    topics,
+    where_time_goes,
+)
 from .cameras import node_args as camera_node_args
 from .goals import GOALS, row, within
 from .harness import Variant, run_interleaved
@@ -329,7 +339,8 @@ def run_capacity(args, work: Path) -> dict:
     cams = tuple(n for n in args.cameras if n in CAPACITY_CAMERAS) or CAPACITY_CAMERAS
     backend, precision = _backend_of(args)
     out: dict = {"backend": backend, "precision": precision, "seconds": args.seconds, "warmup": args.warmup,
-                 "compute": [], "ceiling": [], "node": [], "four_cameras": {}}  # fmt: skip
+                 "compute": [], "ceiling": [], "node": [], "four_cameras": {},
+                 "socket_buffers": socket_buffers()}  # fmt: skip
     out["encode_vs_peak"] = encode_vs_peak(args.model, args.int8_model_path, backend, args.performance_hint, args.quick)
     for transport in transports:
         compressed = transport == "compressed"
@@ -424,7 +435,8 @@ def markdown(res: dict) -> list[str]:
     from .cameras import markdown as cameras_markdown
 
     lines = ["", f"Capacity ({res['backend']} {res['precision']}; trials of {res['seconds']} s after "
-             f"{res['warmup']} s; < {MAX_DROP:.0%} of the window's frames lost):", "",
+             f"{res['warmup']} s; < {MAX_DROP:.0%} of the window's frames lost). "
+             + (socket_line(res["socket_buffers"]) if "socket_buffers" in res else ""), "",
              "| transport | cameras | node frames/s | compute alone | transport ceiling | combined limit "
              "| node/limit | P99 ms at 30 fps | sender-limited |",
              "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip

@@ -43,6 +43,7 @@ def run_schedule(rounds: int, transports: tuple[str, ...], work: Path) -> dict:
     from . import cameras
     from .run import add_arguments
 
+    buffers = cameras.socket_buffers()
     trials = []
     for transport in transports:
         p = argparse.ArgumentParser()
@@ -62,7 +63,7 @@ def run_schedule(rounds: int, transports: tuple[str, ...], work: Path) -> dict:
                 trials.append({"transport": transport, "layout": name, "round": r, **{k: t.get(k) for k in keep}})
                 print(f"schedule {transport} round {r} {name}: {cameras._line(t)}", file=sys.stderr, flush=True)
     return {"cores": usable_cores(), "cameras": CAMERAS, "fps": cameras.FPS, "rounds": rounds,
-            "trials": trials, "verdicts": verdicts(trials)}  # fmt: skip
+            "trials": trials, "verdicts": verdicts(trials), "socket_buffers": buffers}  # fmt: skip
 
 
 def verdicts(trials: list[dict]) -> list[dict]:
@@ -87,8 +88,11 @@ def verdicts(trials: list[dict]) -> list[dict]:
 
 
 def markdown(res: dict) -> list[str]:
+    from . import cameras
+
     lines = [f"One node, {res['cameras']} cameras at {res['fps']:g} fps (1080p, one publisher), {res['rounds']} "
-             f"round(s) per layout, {res['cores']} usable cores. Layout: runtime threads + preparing threads.", "",
+             f"round(s) per layout, {res['cores']} usable cores. Layout: runtime threads + preparing threads. "
+             + (cameras.socket_line(res["socket_buffers"]) if "socket_buffers" in res else ""), "",
              "| transport | layout | encoded frames/s, mean (min-max) | delivered per camera | node CPU % | best "
              "| default kept |", "|---|---|---|---|---|---|---|"]  # fmt: skip
     for v in res["verdicts"]:

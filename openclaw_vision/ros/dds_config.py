@@ -127,6 +127,28 @@ def receive_buffer_warning(cfg: DdsConfig, kernel_max: int | None) -> str | None
     return None
 
 
+def raise_rmem_max(want: int) -> dict:
+    """net.core.rmem_max at least `want` bytes, raised here where this process may (root), as a robot's admin
+    does once (`sysctl -w`; config/cyclonedds-robot.xml says so). Without it the kernel caps every socket
+    receive buffer below one 1080p frame's fragments, and a process receiving several cameras' frames at once
+    on its one socket loses some of them, uncounted. What it was, what it is, and why not when it could not.
+    The benches call it and print the result beside their figures: runs on machines whose cap differs are
+    then comparable, and none depends on whether a test raised it earlier."""
+    before = rmem_max()
+    if before is not None and before >= want:
+        return {"rmem_max_before": before, "rmem_max": before, "raised": False, "why_not": None}
+    try:
+        RMEM_MAX.write_text(str(want))
+    except OSError as err:
+        return {"rmem_max_before": before, "rmem_max": before, "raised": False, "why_not": str(err)}
+    return {"rmem_max_before": before, "rmem_max": rmem_max(), "raised": True, "why_not": None}
+
+
+def robot_receive_buffer() -> int:
+    """The socket receive buffer the shipped robot config asks for (bytes)."""
+    return DdsConfig.read(share_path("config", "cyclonedds-robot.xml").as_uri()).receive_buffer or 0
+
+
 def check_receive_buffer(uri: str | None = None) -> str | None:
     """Log (once, as a warning) and return the receive-buffer problem of the config in force, if any."""
     uri = os.environ.get("CYCLONEDDS_URI", "") if uri is None else uri

@@ -42,17 +42,14 @@ def rmem_raised() -> bool:
     """net.core.rmem_max at least what the robot config asks for: raised here when we may (root), as a
     robot's admin would; otherwise the counts are not asserted exact, and the test says so."""
     want = dds_config.DdsConfig.read(ROBOT_CONFIG.as_uri()).receive_buffer
-    have = dds_config.rmem_max() or 0
-    if have >= want:
-        return True
-    try:
-        dds_config.RMEM_MAX.write_text(str(want))
-    except OSError as err:
-        warnings.warn(f"net.core.rmem_max stays {have} (< {want}): {err}; frame counts not asserted exact",
-                      stacklevel=1)  # fmt: skip
+    got = dds_config.raise_rmem_max(want)
+    if got["why_not"]:
+        warnings.warn(f"net.core.rmem_max stays {got['rmem_max']} (< {want}): {got['why_not']}; frame counts not "
+                      "asserted exact", stacklevel=1)  # fmt: skip
         return False
-    warnings.warn(f"raised net.core.rmem_max {have} -> {want} for the robot config, as a robot's admin would "
-                  f"(sysctl -w net.core.rmem_max={want})", stacklevel=1)  # fmt: skip
+    if got["raised"]:
+        warnings.warn(f"raised net.core.rmem_max {got['rmem_max_before']} -> {want} for the robot config, as a "
+                      f"robot's admin would (sysctl -w net.core.rmem_max={want})", stacklevel=1)  # fmt: skip
     return True
 
 
