@@ -48,10 +48,12 @@ log = logging.getLogger("encoder_node")
 #: 57, the socket overflowing); the price is fewer frames encoded at saturation (mean 46.9 against 50.0
 #: of 60). A runtime pool made at load (ONNX Runtime's threads, OpenVINO's latency model) gets the same
 #: niceness (encoder_node._build, threads.lower_threads_started). Measured (issue 38, 2-core AVX-512 EPYC, one
-#: 4-camera node at 30 fps 1080p, the cameras bench's trial, rounds in alternating order): raw rgb8 from one
+#: 4-camera node at 30 fps 1080p, the cameras bench's trial, rounds in alternating order, with the kernel's
+#: socket buffer cap at that machine's default 4 MB, below the robot config's 32 MB): raw rgb8 from one
 #: publisher, the node received 27.0 / 27.7 / 27.8 frames/s per camera with it against 21.8 / 23.1 / 25.3
 #: without, and encoded as many (31.4 / 33.7 / 34.9 against 32.5 / 29.6 / 36.4 frames/s); JPEG, where every
-#: frame arrived either way, 42.8 / 43.2 against 38.0 / 46.0.
+#: frame arrived either way, 42.8 / 43.2 against 38.0 / 46.0. With the cap at 32 MB every frame arrived
+#: either way (bench/schedule.py); there it was not measured apart.
 WORKER_NICE = 10
 #: how often a stage waiting for the other looks at the stop
 HANDOFF_POLL_S = 0.2
