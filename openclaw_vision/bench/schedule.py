@@ -73,8 +73,8 @@ def verdicts(trials: list[dict]) -> list[dict]:
     for transport in dict.fromkeys(t["transport"] for t in trials):
         rows = {}
         for name, *_ in LAYOUTS:
-            fps = [t["total_fps"] for t in trials if t["transport"] == transport and t["layout"] == name]
             mine = [t for t in trials if t["transport"] == transport and t["layout"] == name]
+            fps = [t["total_fps"] for t in mine]
             got = [t["delivered_fps_per_camera"] for t in mine]
             cpu = [t["cpu_percent"] for t in mine if t.get("cpu_percent") is not None]
             if fps:
