@@ -75,10 +75,11 @@ def lower_priority(tid: int | None, nice: int, what: str) -> None:
         log.debug("thread %s keeps its priority: %s", what, err)
 
 
-def task_ids() -> set[int]:
-    """This process's native thread ids (/proc/self/task; empty where there is none)."""
+def task_ids(pid: int | str = "self") -> set[int]:
+    """The native thread ids of process `pid` (this one by default) from /proc/<pid>/task; empty where there is
+    none."""
     try:
-        return {int(t) for t in os.listdir("/proc/self/task")}
+        return {int(t) for t in os.listdir(f"/proc/{pid}/task")}
     except OSError:
         return set()
 
@@ -378,14 +379,14 @@ def cpu_by_thread(pid: int) -> dict[int, ThreadCpu]:
     on Linux, so per-frame figures need windows of many frames). Empty where /proc is absent."""
     tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
     out: dict[int, ThreadCpu] = {}
-    for task in Path(f"/proc/{pid}/task").glob("*"):
+    for tid in task_ids(pid):
         try:
-            stat = (task / "stat").read_text()
+            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
         except OSError:  # the thread ended between listing and reading: it is not counted
             continue
         # "tid (comm) state ppid ...": comm may hold spaces and parentheses, so split at the last ')'
         comm = stat[stat.index("(") + 1 : stat.rindex(")")]
         fields = stat[stat.rindex(")") + 2 :].split()
         utime, stime = int(fields[11]), int(fields[12])  # fields 14 and 15 of proc(5)
-        out[int(task.name)] = ThreadCpu(int(task.name), comm, (utime + stime) / tick)
+        out[tid] = ThreadCpu(tid, comm, (utime + stime) / tick)
     return out
