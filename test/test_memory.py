@@ -442,6 +442,7 @@ def test_memory_node_on_a_full_disk_refuses_rows_with_the_reason_and_keeps_runni
     written is in the store. (Without the reserve, Chroma's embedded engine on a really full disk sometimes
     raises "database or disk is full" and sometimes never returns from the write, which froze the node.)"""
     import json
+    import time
 
     from dds_helpers import Inbox, wait_until
 
@@ -466,14 +467,24 @@ def test_memory_node_on_a_full_disk_refuses_rows_with_the_reason_and_keeps_runni
             return [(st.message, {kv.key: kv.value for kv in st.values}) for m in msgs for st in m.status
                     if st.name == "memory_node: memory"]  # fmt: skip
 
-        vectors = unit(np.random.default_rng(9).standard_normal((600, 512)))
-        for i, vec in enumerate(vectors):  # the first rows fit in the 1.5 MiB above the reserve, the rest do not
+        def refused(msgs) -> bool:
+            return any(int(v.get("refused", 0)) > 0 for _, v in mine(msgs))
+
+        # ~300 rows fill the 1.5 MiB above the reserve. They go in bursts of 50 until the node reports refusals
+        # (8 MiB of rows at most): a fixed burst of 600 once arrived short on a loaded CI machine (DDS keeps the
+        # last few samples of a burst the reader has not taken), so the disk never reached the reserve.
+        vectors = unit(np.random.default_rng(9).standard_normal((4000, 512)))
+        for i, vec in enumerate(vectors):
             s = T0 + i * 1_000_000
             header = t.msg(HEADER)(stamp=t.msg(TIME)(sec=s // 10**9, nanosec=s % 10**9), frame_id="cam0_optical")
             feats.publish(t.msg(VISUAL_FEATURES)(header=header, model_id="tiny@seed0", dim=512,
                                                  embedding=t.float_array(vec)))  # fmt: skip
-        got = diag.wait_for(lambda msgs: any(int(v.get("refused", 0)) > 0 for _, v in mine(msgs)),
-                            what="refused rows on a full disk")  # fmt: skip
+            if i % 50 == 49:
+                time.sleep(0.05)
+                with diag.cond:
+                    if refused(diag.items):
+                        break
+        got = diag.wait_for(refused, what="refused rows on a full disk")
         message = next(m for m, v in mine(got) if int(v.get("refused", 0)) > 0)
         assert "rows refused" in message and "below min_free_mb 6.5" in message, message
         seen = len(diag.items)
