@@ -2,7 +2,7 @@
 real Humble (issue 27 item 4). A measurement, not a test: it prints numbers and asserts nothing.
 
     flock /tmp/openclaw-cpu.lock .venv/bin/python scripts/receive_cost.py [--fps 30] [--seconds 6]
-    flock /tmp/openclaw-cpu.lock .venv/bin/python scripts/receive_cost.py --drop [--rounds 2]
+    flock /tmp/openclaw-cpu.lock .venv/bin/python scripts/receive_cost.py --drop [--rounds 2] [--docs NAME]
 
 `--drop`: what a *dropped* frame costs instead (bench/dropcost.py's trial: the encoder node with its
 encoder paused, four 1080p cameras at --fps), on the pip path (a take per sample, and all per take) and under
@@ -43,6 +43,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--drop", action="store_true", help="the cost of a dropped frame (bench/dropcost.py)")
     p.add_argument("--cameras", type=int, default=4, help="--drop: cameras")
     p.add_argument("--loads", default=",".join(("idle", "hogs")), help="--drop: idle, hogs or both")
+    p.add_argument("--docs", default=None, metavar="NAME",
+                   help="--drop: also publish the table as docs/figures/NAME.json and .md")  # fmt: skip
     args = p.parse_args(argv)
 
     from openclaw_vision.bench.cameras import PLAYER_FRAMES, topics
@@ -110,7 +112,13 @@ def drop_cost(args, ros2, bag: Path) -> int:
                 print(dropcost.line(row), flush=True)
     res = {"cameras": args.cameras, "fps": args.fps, "seconds": args.seconds, "warmup": args.warmup, "rows": rows,
            "rclpy": "Humble's rclpy with rmw_cyclonedds_cpp"}  # fmt: skip
-    print("\n".join(dropcost.markdown(res)))
+    md = "\n".join(dropcost.markdown(res))
+    print(md)
+    if args.docs:
+        from openclaw_vision.bench import figures
+
+        command = "scripts/receive_cost.py " + " ".join(sys.argv[1:])
+        print("published", *figures.publish(args.docs, res, md, command))
     return 0
 
 
