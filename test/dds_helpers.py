@@ -29,10 +29,15 @@ class Inbox:
             assert self.cond.wait_for(lambda: len(self.items) >= n, timeout), f"got {len(self.items)} of {n}"
             return list(self.items)
 
+    def holds(self, pred: Callable[[list], bool], timeout: float) -> bool:
+        """Whether `pred(messages)` holds within `timeout` seconds (no failure: a test that paces on it)."""
+        with self.cond:
+            return self.cond.wait_for(lambda: pred(self.items), timeout)
+
     def wait_for(self, pred: Callable[[list], bool], timeout: float = 60.0, what: str = "message") -> list:
         """The messages so far, once `pred(messages)` holds."""
         with self.cond:
-            assert self.cond.wait_for(lambda: pred(self.items), timeout), f"timed out waiting for {what}"
+            assert self.holds(pred, timeout), f"timed out waiting for {what}"
             return list(self.items)
 
 

@@ -442,7 +442,6 @@ def test_memory_node_on_a_full_disk_refuses_rows_with_the_reason_and_keeps_runni
     written is in the store. (Without the reserve, Chroma's embedded engine on a really full disk sometimes
     raises "database or disk is full" and sometimes never returns from the write, which froze the node.)"""
     import json
-    import time
 
     from dds_helpers import Inbox, wait_until
 
@@ -479,11 +478,8 @@ def test_memory_node_on_a_full_disk_refuses_rows_with_the_reason_and_keeps_runni
             header = t.msg(HEADER)(stamp=t.msg(TIME)(sec=s // 10**9, nanosec=s % 10**9), frame_id="cam0_optical")
             feats.publish(t.msg(VISUAL_FEATURES)(header=header, model_id="tiny@seed0", dim=512,
                                                  embedding=t.float_array(vec)))  # fmt: skip
-            if i % 50 == 49:
-                time.sleep(0.05)
-                with diag.cond:
-                    if refused(diag.items):
-                        break
+            if i % 50 == 49 and diag.holds(refused, 0.05):
+                break
         got = diag.wait_for(refused, what="refused rows on a full disk")
         message = next(m for m, v in mine(got) if int(v.get("refused", 0)) > 0)
         assert "rows refused" in message and "below min_free_mb 6.5" in message, message
