@@ -423,12 +423,15 @@ def test_bench_fleet_section_accounts_for_every_robots_rows(monkeypatch):
     assert fill["fresh_client"]["held_rows"] == 0
     assert [w["writers"] for w in fleet["writers"]] == [1, 2]
     for w in fleet["writers"]:
-        assert w["paced"]["written"] == w["paced"]["offered"] == w["writers"] * 60 and w["paced"]["kept_up"]
-        assert w["flat_out_rows_per_s"] > 0 and w["paced"]["query_under_load"]["queries"] > 0
+        for via in ("paced", "ingest"):  # straight to the server, and through the fleet's ingest
+            assert w[via]["written"] == w[via]["offered"] == w["writers"] * 60 and w[via]["kept_up"]
+            assert w[via]["query_under_load"]["queries"] > 0
+        assert w["flat_out_rows_per_s"] > 0
+    assert fleet["ingest_stats"]["rows"] == 3 * 60  # every row of the ingest trials went through it
     assert [g["met"] for g in fleet["goals"]] == [False, False, False]  # 600 rows and 2 writers are not the goal's
     open_goal, query_goal, writers_goal = (g["goal"] for g in fleet["goals"])  # worded from goals.GOALS, once
     assert f"<= {GOALS['fleet_open_s']:g} s" in open_goal and f"<= {GOALS['fleet_open_rss_mb']:g} MB" in open_goal
     assert f"P99 <= {GOALS['fleet_query_p99_ms']:g} ms, recall@10 >= {GOALS['fleet_recall_at_10']:g}" in query_goal
     assert f"at {FLEET_GOAL_ROWS:,} rows" in query_goal and writers_goal.startswith(f"{FLEET_GOAL_WRITERS} writers")
     text = "\n".join(bench_memory.fleet_markdown(fleet))
-    assert "| 600 |" in text and "| 2 | " in text
+    assert "| 600 |" in text and "| 2 | the server |" in text and "| 2 | the ingest |" in text

@@ -342,14 +342,20 @@ def _robot_child(url: str, name: str, seconds: float, fps: float, seed: int, go:
                       "backlog_max_rows": backlog_max}))  # fmt: skip
 
 
-def _writers(url: str, n: int, seconds: float, fps: float, folder: Path, qs: np.ndarray | None) -> dict:
-    """`n` robot processes writing at once (paced at `fps`, or flat out), a querier here meanwhile; the totals."""
+#: each kind of writers' trial writes rows of its own (a robot's seed sets its stamps, so its rows' ids)
+SEED_OFFSET = {"paced-server": 0, "paced-ingest": 250, "flat-server": 500}
+
+
+def _writers(url: str, n: int, seconds: float, fps: float, folder: Path, qs: np.ndarray | None,
+             via: str = "server") -> dict:  # fmt: skip
+    """`n` robot processes writing to `url` at once (paced at `fps`, or flat out), a querier of `url` here
+    meanwhile; the totals. `via` names the path in the robots' log files ("server", "ingest")."""
     from ..memory.store import VisualMemory
 
-    kind = "paced" if fps else "flat"
+    kind = f"{'paced' if fps else 'flat'}-{via}"  # a seed of its own per kind: rows of their own, never skipped
     go = folder / f"go-{n}-{kind}"
     robots = [children.Child(children.python("-m", "openclaw_vision.bench.memory", "robot", url, f"robot{i}",
-                                             str(seconds), str(fps), str(1000 * n + i + (0 if fps else 500)), str(go)),
+                                             str(seconds), str(fps), str(1000 * n + i + SEED_OFFSET[kind]), str(go)),
                              log_path=folder / f"robot{n}-{i}-{kind}.log")
               for i in range(n)]  # fmt: skip
     for r in robots:
@@ -396,6 +402,16 @@ def _writers(url: str, n: int, seconds: float, fps: float, folder: Path, qs: np.
     return res
 
 
+def _ingest_stats(url: str) -> dict:
+    """The ingest's counters (memory/ingest.py, STATS_PATH): how many robot writes it merged into how many."""
+    import urllib.request
+
+    from ..memory.ingest import STATS_PATH
+
+    with urllib.request.urlopen(url + STATS_PATH, timeout=10) as r:
+        return json.loads(r.read())
+
+
 def _fill(url: str, v: np.ndarray, stamps: np.ndarray, cams: list[str], start: int, stop: int) -> float:
     """Rows start..stop of the camera walks into the server (robot "fill"); rows/s."""
     from ..memory.store import Rows, VisualMemory
@@ -414,7 +430,7 @@ def _fill(url: str, v: np.ndarray, stamps: np.ndarray, cams: list[str], start: i
 def run_fleet(quick: bool, fills: tuple[int, ...] | None = None, writers: tuple[int, ...] | None = None) -> dict:
     """The fleet table: per fill, a fresh client's open and the server path's queries; then per N, paced and
     flat-out writers with a querier (see the module's docstring)."""
-    from ..memory.server import start_server
+    from ..memory.server import start_ingest, start_server
     from ..memory.store import SERVER_HNSW, VisualMemory
 
     fills = fills or (QUICK_FLEET_FILLS if quick else FLEET_FILLS)
@@ -451,12 +467,17 @@ def run_fleet(quick: bool, fills: tuple[int, ...] | None = None, writers: tuple[
                                      "recall_at_10": round(float(recall), 4),
                                      "fresh_client": fresh_client(url)})  # fmt: skip
             qs = queries(v[: fills[-1]])[:n_queries]
-            for n in writers:
-                print(f"bench memory fleet: {n} robot(s) at {FPS} fps, then flat out ...", file=sys.stderr, flush=True)
-                paced = _writers(url, n, seconds, FPS, folder, qs)
-                flat = _writers(url, n, flat_seconds, 0.0, folder, None)
-                out["writers"].append({"writers": n, "server_rows": fills[-1], "paced": paced,
-                                       "flat_out_rows_per_s": flat["rows_per_s"]})  # fmt: skip
+            ingest, ingest_url = start_ingest(url, log_path=folder / "ingest.log")
+            with ingest:
+                for n in writers:
+                    print(f"bench memory fleet: {n} robot(s) at {FPS} fps to the server, through the ingest, then "
+                          "flat out ...", file=sys.stderr, flush=True)  # fmt: skip
+                    paced = _writers(url, n, seconds, FPS, folder, qs)
+                    ingested = _writers(ingest_url, n, seconds, FPS, folder, qs, "ingest")
+                    flat = _writers(url, n, flat_seconds, 0.0, folder, None)
+                    out["writers"].append({"writers": n, "server_rows": fills[-1], "paced": paced,
+                                           "ingest": ingested, "flat_out_rows_per_s": flat["rows_per_s"]})  # fmt: skip
+                out["ingest_stats"] = _ingest_stats(ingest_url)
     rates = [w["flat_out_rows_per_s"] for w in out["writers"]]
     # saturated: the first N whose flat-out total is within 10 % of the previous N's (more robots, no more rows)
     out["saturates_at_writers"] = next((out["writers"][i]["writers"] for i in range(1, len(rates))
@@ -483,11 +504,15 @@ def fleet_goals(fleet: dict) -> list[dict]:
             and at["recall_at_10"] >= g["fleet_recall_at_10"] and big),
     ]  # fmt: skip
     most = max(fleet["writers"], key=lambda w: w["writers"], default=None)
-    if most is not None:
-        p = most["paced"]
+    if most is not None:  # judged on the fleet's write path, the ingest (memory/ingest.py); the server's beside it
+        p, d = most.get("ingest", most["paced"]), most["paced"]
+        path, also = "straight to the server", ""
+        if "ingest" in most:
+            path = "through the ingest"
+            also = f" (straight to the server: {d['written']:,}, backlog {d['backlog_max_rows']})"
         rows.append(row(f"{FLEET_GOAL_WRITERS} writers at {FPS} fps each sustained, nothing lost",
-                        f"{most['writers']} writers: {p['written']:,} of {p['offered']:,} rows written, backlog "
-                        f"at most {p['backlog_max_rows']} rows",
+                        f"{most['writers']} writers {path}: {p['written']:,} of {p['offered']:,} rows written, "
+                        f"backlog at most {p['backlog_max_rows']} rows{also}",
                         p["kept_up"] and most["writers"] >= FLEET_GOAL_WRITERS))  # fmt: skip
     return rows
 
@@ -502,13 +527,22 @@ def fleet_markdown(fleet: dict) -> list[str]:
         c = f["fresh_client"]
         lines.append(f"| {f['rows']:,} | {f['query']['p50_ms']} / {f['query']['p99_ms']} | {f['recall_at_10']} | "
                      f"{c['open_s']} | {c['open_rss_mb']} |")  # fmt: skip
-    lines += ["", f"| robots ({fleet['fps_per_robot']} fps each) | rows/s written | kept up | backlog max | "
-              "query P50 / P99 ms meanwhile | flat-out rows/s |", "|---|---|---|---|---|---|"]  # fmt: skip
+    lines += ["", f"| robots ({fleet['fps_per_robot']} fps each) | writing to | rows/s written | kept up | backlog "
+              "max | query P50 / P99 ms meanwhile | flat-out rows/s |", "|---|---|---|---|---|---|---|"]  # fmt: skip
     for w in fleet["writers"]:
-        p, q = w["paced"], w["paced"]["query_under_load"]
-        kept = "yes" if p["kept_up"] else "NO"
-        lines.append(f"| {w['writers']} | {p['rows_per_s']} | {kept} | {p['backlog_max_rows']} | {q['p50_ms']} / "
-                     f"{q['p99_ms']} | {w['flat_out_rows_per_s']} |")  # fmt: skip
+        for via, name in (("paced", "the server"), ("ingest", "the ingest")):
+            if via not in w:
+                continue
+            p, q = w[via], w[via]["query_under_load"]
+            kept = "yes" if p["kept_up"] else "NO"
+            flat = w["flat_out_rows_per_s"] if via == "paced" else "-"
+            lines.append(f"| {w['writers']} | {name} | {p['rows_per_s']} | {kept} | {p['backlog_max_rows']} | "
+                         f"{q['p50_ms']} / {q['p99_ms']} | {flat} |")  # fmt: skip
+    st = fleet.get("ingest_stats")
+    if st:
+        lines += ["", f"The ingest sent the robots' {st['writes_in']:,} writes to the server as {st['writes_sent']:,} "
+                  f"(at most {st['largest_merge']} merged into one; {st['sent_apart']} sent again apart after a "
+                  "refusal)."]  # fmt: skip
     sat = fleet.get("saturates_at_writers")
     lines.append("")
     lines.append(f"Flat-out writes stop growing at {sat} writers." if sat else

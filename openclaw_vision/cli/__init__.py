@@ -20,6 +20,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "label": ("tools.label:LABEL", "zero-shot label scores for every frame of a bag, one JSON line each"),
     "index": ("tools.memory:INDEX", "store the frames of a bag (images, encoded; or VisualFeatures) in visual memory"),
     "search": ("tools.memory:SEARCH", "the frames in visual memory nearest a text, one line each; a contact sheet"),
+    "ingest": ("memory.ingest:COMMAND", "the fleet's ingest: one writer in front of a Chroma server, merging the "
+               "robots' concurrent writes (robots pass its URL as --store)"),
     "bench-labels": ("bench.labels:COMMAND", "the labels node's latency per frame over DDS, by label-set size"),
     "tokenizer fetch": ("text.merges:COMMAND",
                         "take CLIP's BPE merges file from the open_clip_torch wheel (pip, --no-deps)"),

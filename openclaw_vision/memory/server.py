@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..core.children import Child, free_port
+from ..core.children import Child, cli, free_port
 from .errors import StoreError
 
 
@@ -29,21 +29,34 @@ def chroma_program() -> str:
 def start_server(folder: Path, port: int | None = None, log_path: Path | None = None,
                  timeout: float = 30.0) -> tuple[Child, str]:  # fmt: skip
     """`chroma run` on 127.0.0.1 keeping its rows in `folder`; returns the child and its URL once it answers."""
-    import urllib.request
-
     port = port or free_port()
     child = Child([chroma_program(), "run", "--path", str(folder), "--host", "127.0.0.1", "--port", str(port)],
                   log_path=log_path, env={"ANONYMIZED_TELEMETRY": "False", "NO_COLOR": "1",
                                           "PATH": os.environ.get("PATH", "")})  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
+    return child, _answering(child, f"http://127.0.0.1:{port}", "chroma server", timeout)
+
+
+def _answering(child: Child, url: str, what: str, timeout: float) -> str:
+    """`url` once a Chroma heartbeat answers there; StoreError (the child stopped) if `child` exits first or
+    `timeout` passes."""
+    import urllib.request
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not child.alive():
-            raise StoreError(f"chroma server exited at start ({child.how}): {child.log_text()[-500:]}")
+            raise StoreError(f"{what} exited at start ({child.how}): {child.log_text()[-500:]}")
         try:
             with urllib.request.urlopen(f"{url}/api/v2/heartbeat", timeout=1):
-                return child, url
+                return url
         except OSError:
             time.sleep(0.2)
     child.stop()
-    raise StoreError(f"chroma server on {url} did not answer within {timeout:.0f} s")
+    raise StoreError(f"{what} on {url} did not answer within {timeout:.0f} s")
+
+
+def start_ingest(server_url: str, log_path: Path | None = None, timeout: float = 30.0) -> tuple[Child, str]:
+    """`openclaw-vision ingest` (memory/ingest.py) on 127.0.0.1 in front of `server_url`, as a child; returns the
+    child and the URL robots write to once the server answers through it."""
+    port = free_port()
+    child = Child(cli("ingest", "--server", server_url, "--port", str(port)), log_path=log_path)
+    return child, _answering(child, f"http://127.0.0.1:{port}", "the ingest", timeout)
