@@ -14,7 +14,9 @@ run` server filled to 100k and then 1M rows; at each fill, a fresh client's open
 of its own), the server path's query P50/P99 and recall@10 against exact NumPy top-k; then N robot processes
 (N = 1, 4, 8), each writing one camera at 30 fps of 512-d rows in one-second batches (what a memory node's
 forwarder sends) while a querier in this process runs queries, for the rows each robot got written and its
-backlog; then the same N flat out, for where the server's write path saturates. The robots start writing
+backlog, first straight to the server, then through the fleet's ingest (memory/ingest.py: one writer in front
+of the server; its querier asks through it too); then the same N flat out to the server, for where its write
+path saturates. The robots start writing
 together, once every one of them has opened its client (Python's and chromadb's imports take seconds of a
 core each: eight robots starting would otherwise be measured as the first ones' backlog). A querier's vectors
 stand in for a text tower's (one search each; encoding the text is the text tower's cost, measured elsewhere).

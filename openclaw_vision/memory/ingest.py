@@ -146,8 +146,7 @@ class Ingest:
         self.stats = {"requests": 0, "writes_in": 0, "writes_sent": 0, "rows": 0, "largest_merge": 0,
                       "sent_apart": 0, "server_failures": 0}  # fmt: skip
         handler = type("IngestHandler", (_Handler,), {"ingest": self})
-        self.httpd = ThreadingHTTPServer((host, port), handler)
-        self.httpd.daemon_threads = True
+        self.httpd = _Server((host, port), handler)
         self.url = f"http://{host}:{self.httpd.server_address[1]}"
         self._serving = threading.Event()
 
@@ -252,6 +251,14 @@ class Ingest:
         self.stop()
         self.httpd.server_close()
         self._client.close()
+
+
+class _Server(ThreadingHTTPServer):
+    """A thread per robot connection (daemon: a stop does not wait for robots' idle kept-alive connections); a
+    listen backlog for a fleet that connects at once (socketserver's default is 5: the rest would retry SYNs)."""
+
+    daemon_threads = True
+    request_queue_size = 128
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -366,7 +366,8 @@ class MemoryConfig(NodeConfig):
     features_topics: tuple = param(
         (), "several features topics (a multi-camera node's per-camera ones) instead of features_topic"
     )  # fmt: skip
-    store: str = param("", "store folder or http://HOST:PORT of a Chroma server; empty: memory/ in the data home")
+    store: str = param("", "store folder or http://HOST:PORT of a Chroma server or its ingest (openclaw-vision "
+                       "ingest); empty: memory/ in the data home")  # fmt: skip
     source: str = param("live", "the rows' source name (part of each row's id, as a bag's path is for `index`)")
     robot: str = param("", "this robot's name on every row (part of its id; queries filter by it); empty: the "
                        "node's namespace, else the host name")  # fmt: skip

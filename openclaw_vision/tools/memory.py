@@ -34,8 +34,8 @@ THUMB_WIDTH = 320
 
 def _store_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", default=None,
-                   help="store folder, or http://HOST:PORT of a `chroma run` server (default: memory/ in the data "
-                   "home, $OPENCLAW_VISION_HOME)")  # fmt: skip
+                   help="store folder, or http://HOST:PORT of a `chroma run` server or its ingest (default: memory/ "
+                   "in the data home, $OPENCLAW_VISION_HOME)")  # fmt: skip
 
 
 def _source_name(bag: Path) -> str:
