@@ -10,6 +10,8 @@ One client interface (`store.VisualMemory`) over one engine, Chroma, in two role
   loads nothing; queries go to the server's index with their filters and its top k are rescored exactly on
   their vectors, so every robot's rows are found by the next query and scores mean the same on both
   paths. A memory node writes to it through a spool on its own disk (`spool.Spool`: store and forward).
+  Robots reach it through the ingest (`ingest.Ingest`, a process beside the server): Chroma's server cannot
+  take overlapping writes, so the ingest sends them one at a time, merged.
 
 Behind `VisualMemory`, one module a role: `table` (the hot layer's rows, their fields and codes), `engine` (the
 collection both roles share: model check, batched write, the engine's search rescored) with `folder` (the

@@ -1,8 +1,10 @@
-"""The server engine on this machine: `chroma run` (the chromadb package's own server) on loopback.
+"""The server engine on this machine: `chroma run` (the chromadb package's own server) on loopback, and the
+ingest in front of it (`openclaw-vision ingest`, ingest.py).
 
-On a fleet the server runs wherever the fleet keeps it (`chroma run --path DIR --host 0.0.0.0 --port 8000`,
-or Chroma's container image) and robots pass `--store http://HOST:8000`. Here it is started as a child
-(children.Child: its own process group, stopped in `finally`) for the suite and the bench.
+On a fleet the server runs wherever the fleet keeps it (`chroma run --path DIR --port 8000`, or Chroma's
+container image), the ingest beside it (`openclaw-vision ingest --server http://127.0.0.1:8000 --host 0.0.0.0
+--port 8100`), and robots pass `--store http://HOST:8100`. Here both are started as children
+(children.Child: each its own process group, stopped in `finally`) for the suite and the bench.
 """
 
 from __future__ import annotations
