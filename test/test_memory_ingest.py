@@ -1,6 +1,7 @@
 """The fleet's ingest (memory/ingest.py) in front of a real `chroma run` on loopback: robots' writes that arrive
 while one is at the server are merged into one, each robot gets the server's answer for its own rows, a merge
-the server refuses is sent again apart, and a server that cannot be reached is an error robots retry.
+the server refuses is sent again apart, a server that cannot be reached is an error robots retry, and a
+memory node writing through the ingest loses nothing when the ingest is SIGKILLed (its spool keeps the rows).
 
 Merging is made certain, not left to timing: the first write is held at the server's door until the others
 have arrived (the ingest counted them), so they wait in line together.
@@ -14,11 +15,11 @@ import time
 
 import numpy as np
 import pytest
-from test_memory import planted
+from test_memory import DIM, memory_status, planted, start_memory_node
 from test_memory_fleet import chroma  # noqa: F401 - the fixture
 
 from openclaw_vision.memory.ingest import WRITE_PATH, Ingest, _merge_key, _Write
-from openclaw_vision.memory.store import StoreRefused, StoreUnavailable, VisualMemory
+from openclaw_vision.memory.store import Rows, StoreRefused, StoreUnavailable, VisualMemory
 
 
 @pytest.fixture
@@ -171,3 +172,61 @@ def test_a_server_that_went_away_is_an_error_robots_retry_and_the_command_stops_
         assert child.stop(stop_signal=signal.SIGTERM) == 0
     log = child.log_text()
     assert "SIGTERM: stopping" in log and '"writes_in": 1,' in log and '"server_failures": 0' not in log
+
+
+@pytest.mark.dds
+def test_a_memory_node_writing_through_the_ingest_loses_nothing_when_the_ingest_is_killed(
+    dds_domain, chroma, tmp_path  # noqa: F811 - the fixture imported above
+):
+    """The memory node's --store is the ingest: rows forwarded through it; the ingest SIGKILLed, rows keep coming
+    (spooled, counted, the forwarder's failures counted); the ingest started again on its port: the spool
+    drains and every row is on the server exactly once, in the node's robot's name."""
+    from openclaw_vision.core.children import free_port
+    from openclaw_vision.memory.server import start_ingest
+    from openclaw_vision.ros.cyclone import CycloneTransport
+    from openclaw_vision.ros.types import HEADER, TIME, VISUAL_FEATURES
+
+    port = free_port()
+    rows = planted(40, seed=41, source="live", robot="A")
+    args = ["--store", f"http://127.0.0.1:{port}", "--robot", "A", "--spool", str(tmp_path / "spool"),
+            "--transport", "cyclonedds", "--diagnostics-period", "0.2", "--flush-period", "0.2",
+            "--batch-rows", "8"]  # fmt: skip
+    t = CycloneTransport("test_memory_ingest_kill")
+    ingest, _ = start_ingest(chroma, port=port, log_path=tmp_path / "ingest1.log")
+    children: list = [ingest]
+
+    def counted(diag, what: str, pred) -> dict:
+        got = diag.wait_for(lambda msgs: any(pred(s) for s in memory_status(msgs)), what=what)
+        return next(s for s in memory_status(got) if pred(s))
+
+    def send(feats, i: int) -> None:
+        s = rows.stamps_ns[i]
+        header = t.msg(HEADER)(stamp=t.msg(TIME)(sec=s // 10**9, nanosec=s % 10**9), frame_id=rows.frame_ids[i])
+        feats.publish(t.msg(VISUAL_FEATURES)(header=header, model_id=rows.model_id, dim=DIM,
+                                             embedding=t.float_array(rows.vectors[i])))  # fmt: skip
+
+    try:
+        node, feats, diag = start_memory_node(t, args, tmp_path / "memory.log", children)[:3]
+        for i in range(16):
+            send(feats, i)
+        counted(diag, "16 rows forwarded", lambda s: s.get("forwarded") == "16" and s.get("spool_rows") == "0")
+        ingest.send(signal.SIGKILL)
+        ingest.wait(10)
+        for i in range(16, 40):  # the ingest is gone: the node keeps taking rows
+            send(feats, i)
+        seen = counted(diag, "40 rows spooled while the ingest is down",
+                       lambda s: s.get("spooled") == "40" and int(s.get("forward_failures", 0)) > 0)  # fmt: skip
+        assert seen["refused"] == "0" and seen["set_aside"] == "0"
+        again, _ = start_ingest(chroma, port=port, log_path=tmp_path / "ingest2.log")
+        children.append(again)
+        counted(diag, "the spool drained", lambda s: s.get("spool_rows") == "0" and s.get("forwarded") == "40")
+        assert node.stop() == 0, node.log_text()
+    finally:
+        for child in children:
+            child.stop()
+        t.close()
+    # what the node made of the rows: the camera is the topic they came on
+    live = Rows(rows.vectors, rows.stamps_ns, rows.frame_ids, ["/visual_features"] * 40, rows.model_id, "live",
+                robot="A")  # fmt: skip
+    got = VisualMemory(chroma)._collection.get(ids=live.ids(), include=["metadatas"])
+    assert sorted(got["ids"]) == sorted(live.ids()) and {m["robot"] for m in got["metadatas"]} == {"A"}

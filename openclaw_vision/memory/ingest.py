@@ -20,8 +20,9 @@ What it promises:
 - Writes merge only when they can be one request: their ids disjoint, the same optional fields present, the
   same embedding encoding, the same other fields and the same request headers (a robot's credentials never
   carry another robot's rows). The rest wait for the next round, in arrival order.
-- A merged write the server refuses (a 4xx: its validation) is sent again as its parts, one by one, so each
-  robot gets its own answer and one robot's bad row never costs another's rows.
+- A merged write the server refuses (a 4xx of its validation, not one of remote.RETRIED_4XX) is sent again
+  as its parts, one by one, so each robot gets its own answer and one robot's bad row never costs another's
+  rows.
 - The server unreachable: each waiting write is answered 502 (a robot's client retries: `remote.py`).
 
 `GET /openclaw/ingest`: its counters as JSON (writes in, writes sent, rows, the largest merge, writes sent
@@ -35,14 +36,13 @@ import json
 import logging
 import re
 import signal
-import sys
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from ..core.commands import Command
-from .remote import CONNECT_TIMEOUT_S, SERVER_TIMEOUT_S
+from .remote import CONNECT_TIMEOUT_S, RETRIED_4XX, SERVER_TIMEOUT_S
 
 log = logging.getLogger("memory_ingest")
 
@@ -223,14 +223,16 @@ class Ingest:
         return batch
 
     def _send_writes(self, path: str, batch: list[_Write]) -> list[Reply]:
-        """The batch as one write; refused (4xx) as a merge, each part again on its own."""
+        """The batch as one write; refused for what was sent (a 4xx the server would answer again: not one of
+        remote.RETRIED_4XX, which are about credentials or the server's load and every part would get alike) as
+        a merge, each part again on its own."""
         with self._stats_lock:
             self.stats["writes_sent"] += 1
             self.stats["largest_merge"] = max(self.stats["largest_merge"], len(batch))
         if len(batch) == 1:
             return [self.send("POST", path, batch[0].raw, batch[0].headers)]
         reply = self.send("POST", path, _merged(batch), batch[0].headers)
-        if not 400 <= reply.status < 500:
+        if not 400 <= reply.status < 500 or reply.status in RETRIED_4XX:
             return [reply] * len(batch)
         log.info("the server refused a merge of %d writes (%d): each is sent again on its own", len(batch),
                  reply.status)  # fmt: skip
@@ -329,8 +331,3 @@ def _run(args: argparse.Namespace) -> int:
 
 
 COMMAND = Command(_arguments, _run)
-
-if __name__ == "__main__":
-    from ..cli import main
-
-    sys.exit(main(["ingest", *sys.argv[1:]]))

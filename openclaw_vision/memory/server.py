@@ -56,9 +56,10 @@ def _answering(child: Child, url: str, what: str, timeout: float) -> str:
     raise StoreError(f"{what} on {url} did not answer within {timeout:.0f} s")
 
 
-def start_ingest(server_url: str, log_path: Path | None = None, timeout: float = 30.0) -> tuple[Child, str]:
+def start_ingest(server_url: str, port: int | None = None, log_path: Path | None = None,
+                 timeout: float = 30.0) -> tuple[Child, str]:  # fmt: skip
     """`openclaw-vision ingest` (memory/ingest.py) on 127.0.0.1 in front of `server_url`, as a child; returns the
     child and the URL robots write to once the server answers through it."""
-    port = free_port()
+    port = port or free_port()
     child = Child(cli("ingest", "--server", server_url, "--port", str(port)), log_path=log_path)
     return child, _answering(child, f"http://127.0.0.1:{port}", "the ingest", timeout)
