@@ -182,11 +182,11 @@ class Ingest:
         if key is None:  # not a write this can read: the server says what is wrong with it
             return self.send("POST", path, raw, headers)
         w = _Write(body, raw, headers, key)
-        self.count(writes_in=1, rows=w.rows)
         with self._lines_lock:
             line = self._lines.setdefault(path, _Line())
         with line.cond:
             line.pending.append(w)
+            self.count(writes_in=1, rows=w.rows)  # once in line: a write counted is one the next round can take
             while w.reply is None:
                 if line.busy:
                     line.cond.wait()
