@@ -420,10 +420,13 @@ def test_a_model_that_never_finishes_loading_is_left_on_a_signal(tmp_path):
             "--backend", "onnxruntime"]  # fmt: skip
     node = children.Child([sys.executable, "-c", _LOADING_NODE, *args], tmp_path / "node.log",
                           {"CYCLONEDDS_URI": dds_config.chosen_uri(os.environ)})  # fmt: skip
+    writer: list[int] = []
     try:
         def reading() -> bool:  # the node has opened the model file: it is inside the load
             try:
-                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+                # held open until the node is gone: closing it would be an end of file, and the node's read would
+                # return an empty model and fail the load before the signal came (seen once on CI)
+                writer.append(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
             except OSError:
                 assert node.alive(), node.log_text()[-2000:]
                 return False
@@ -434,6 +437,8 @@ def test_a_model_that_never_finishes_loading_is_left_on_a_signal(tmp_path):
         assert node.proc.wait(60) == 0, node.log_text()[-2000:]
     finally:
         node.stop()
+        for fd in writer:
+            os.close(fd)
     log = node.log_text()
     assert "stopping (SIGTERM) while the node loads: exiting without waiting for it" in log, log[-2000:]
     assert "Traceback" not in log
