@@ -324,6 +324,22 @@ def memory_status(msgs) -> list[dict]:
             if st.name == "memory_node: memory"]  # fmt: skip
 
 
+def publish_row(t, pub, stamp_ns: int, frame_id: str, model_id: str, vector: np.ndarray) -> None:
+    """One VisualFeatures sample on `pub` (a publisher of `t`'s): a row as a memory node receives it, its stamp
+    and frame_id in the header."""
+    from openclaw_vision.ros.types import HEADER, TIME, VISUAL_FEATURES
+
+    header = t.msg(HEADER)(stamp=t.msg(TIME)(sec=stamp_ns // 10**9, nanosec=stamp_ns % 10**9), frame_id=frame_id)
+    pub.publish(t.msg(VISUAL_FEATURES)(header=header, model_id=model_id, dim=len(vector),
+                                       embedding=t.float_array(vector)))  # fmt: skip
+
+
+def status_where(diag, what: str, pred) -> dict:
+    """The first memory-node status on `diag` for which `pred` holds, once one has arrived."""
+    got = diag.wait_for(lambda msgs: any(pred(st) for st in memory_status(msgs)), what=what)
+    return next(st for st in memory_status(got) if pred(st))
+
+
 def start_memory_node(t, args: list[str], log_path, children: list, stats=None):
     """A memory node as a child process, with a features publisher and a /diagnostics subscription of `t`'s
     matched to it; returns (node, features publisher, diagnostics inbox, subscription)."""
@@ -349,7 +365,6 @@ def test_memory_node_writes_batches_refuses_other_models_and_survives_sigkill(dd
     import time
 
     from openclaw_vision.ros.cyclone import CycloneTransport
-    from openclaw_vision.ros.types import HEADER, TIME, VISUAL_FEATURES
 
     store = tmp_path / "store"
     rows = planted(20, source="live")
@@ -367,9 +382,7 @@ def test_memory_node_writes_batches_refuses_other_models_and_survives_sigkill(dd
         return start_memory_node(t, args, tmp_path / log_name, nodes, stats)
 
     def send(feats, i: int, vec: np.ndarray, model: str = rows.model_id) -> None:
-        s = T0 + i * 1_000_000
-        header = t.msg(HEADER)(stamp=t.msg(TIME)(sec=s // 10**9, nanosec=s % 10**9), frame_id=rows.frame_ids[i % 2])
-        feats.publish(t.msg(VISUAL_FEATURES)(header=header, model_id=model, dim=len(vec), embedding=t.float_array(vec)))
+        publish_row(t, feats, T0 + i * 1_000_000, rows.frame_ids[i % 2], model, vec)
 
     try:
         node, feats, diag, sub = start("memory1.log")
@@ -447,7 +460,7 @@ def test_memory_node_on_a_full_disk_refuses_rows_with_the_reason_and_keeps_runni
 
     from openclaw_vision.ros.cyclone import CycloneTransport
     from openclaw_vision.ros.process import NodeProcess
-    from openclaw_vision.ros.types import DEFAULT, DIAGNOSTIC_ARRAY, HEADER, TIME, VISUAL_FEATURES, QoS
+    from openclaw_vision.ros.types import DEFAULT, DIAGNOSTIC_ARRAY, VISUAL_FEATURES, QoS
 
     store, stats = small_disk / "store", tmp_path / "stats.json"
     node = NodeProcess(["--store", str(store), "--transport", "cyclonedds", "--diagnostics-period", "0.2",
@@ -474,10 +487,7 @@ def test_memory_node_on_a_full_disk_refuses_rows_with_the_reason_and_keeps_runni
         # last few samples of a burst the reader has not taken), so the disk never reached the reserve.
         vectors = unit(np.random.default_rng(9).standard_normal((4000, 512)))
         for i, vec in enumerate(vectors):
-            s = T0 + i * 1_000_000
-            header = t.msg(HEADER)(stamp=t.msg(TIME)(sec=s // 10**9, nanosec=s % 10**9), frame_id="cam0_optical")
-            feats.publish(t.msg(VISUAL_FEATURES)(header=header, model_id="tiny@seed0", dim=512,
-                                                 embedding=t.float_array(vec)))  # fmt: skip
+            publish_row(t, feats, T0 + i * 1_000_000, "cam0_optical", "tiny@seed0", vec)
             if i % 50 == 49 and diag.holds(refused, 0.05):
                 break
         got = diag.wait_for(refused, what="refused rows on a full disk")
@@ -505,7 +515,7 @@ def test_memory_node_on_a_multi_camera_nodes_per_camera_topics(dds_domain, tmp_p
 
     from openclaw_vision.ros.cyclone import CycloneTransport
     from openclaw_vision.ros.process import NodeProcess
-    from openclaw_vision.ros.types import DEFAULT, DIAGNOSTIC_ARRAY, HEADER, TIME, VISUAL_FEATURES, QoS
+    from openclaw_vision.ros.types import DEFAULT, DIAGNOSTIC_ARRAY, VISUAL_FEATURES, QoS
 
     topics = ("/cam0/visual_features", "/cam1/visual_features")
     store = tmp_path / "store"
@@ -521,10 +531,7 @@ def test_memory_node_on_a_multi_camera_nodes_per_camera_topics(dds_domain, tmp_p
         wait_until(lambda: (all(p.matched() for p in pubs) and sub.matched()) or not node.alive())
         assert node.alive(), node.log_text()
         for i in range(20):  # even rows on cam0's topic, odd ones on cam1's
-            s = rows.stamps_ns[i]
-            header = t.msg(HEADER)(stamp=t.msg(TIME)(sec=s // 10**9, nanosec=s % 10**9), frame_id=rows.frame_ids[i])
-            pubs[i % 2].publish(t.msg(VISUAL_FEATURES)(header=header, model_id=rows.model_id, dim=DIM,
-                                                       embedding=t.float_array(rows.vectors[i])))  # fmt: skip
+            publish_row(t, pubs[i % 2], rows.stamps_ns[i], rows.frame_ids[i], rows.model_id, rows.vectors[i])
         diag.wait_for(lambda msgs: any(kv.key == "written" and kv.value == "20" for m in msgs for st in m.status
                                        for kv in st.values), what="20 rows written")  # fmt: skip
         assert node.stop() == 0
@@ -569,7 +576,7 @@ def test_memory_node_answers_vector_and_text_queries_and_refuses_bad_ones(dds_do
 
     from openclaw_vision.ros.cyclone import CycloneTransport
     from openclaw_vision.ros.process import NodeProcess
-    from openclaw_vision.ros.types import DEFAULT, HEADER, QUERY_MEMORY, TIME, VISUAL_FEATURES
+    from openclaw_vision.ros.types import DEFAULT, QUERY_MEMORY, VISUAL_FEATURES
     from openclaw_vision.text.encoder import TextEncoder
 
     text = TextEncoder(tiny_text_model)
@@ -591,10 +598,7 @@ def test_memory_node_answers_vector_and_text_queries_and_refuses_bad_ones(dds_do
             assert node.alive() and time.monotonic() < deadline, node.log_text()
             time.sleep(0.05)
         for i in range(n):
-            header = t.msg(HEADER)(stamp=t.msg(TIME)(sec=stamps[i] // 10**9, nanosec=stamps[i] % 10**9),
-                                   frame_id=f"f{i}")  # fmt: skip
-            feats.publish(t.msg(VISUAL_FEATURES)(header=header, model_id=prompt.model_id, dim=prompt.dim,
-                                                 embedding=t.float_array(v[i])))  # fmt: skip
+            publish_row(t, feats, stamps[i], f"f{i}", prompt.model_id, v[i])
         while len(cli.call(_query(t, vector=v[0], top_k=50), 10).stamps_ns) < n:  # written in batches
             assert time.monotonic() < deadline, node.log_text()
             time.sleep(0.1)

@@ -11,15 +11,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from test_memory import (
-    DIM,
     T0,
     _cli,
     _features_bag,
     _query,
     exact_top,
-    memory_status,
     planted,
+    publish_row,
     start_memory_node,
+    status_where,
     unit,
 )
 
@@ -322,7 +322,7 @@ def test_store_and_forward_through_a_server_outage_and_a_sigkill(dds_domain, tmp
     from openclaw_vision.core.children import free_port
     from openclaw_vision.memory.server import start_server
     from openclaw_vision.ros.cyclone import CycloneTransport
-    from openclaw_vision.ros.types import HEADER, QUERY_MEMORY, TIME, VISUAL_FEATURES
+    from openclaw_vision.ros.types import QUERY_MEMORY
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -333,18 +333,11 @@ def test_store_and_forward_through_a_server_outage_and_a_sigkill(dds_domain, tmp
     t = CycloneTransport("test_memory_forward")
     children: list = []
 
-    def counted(diag, what: str, pred) -> dict:
-        got = diag.wait_for(lambda msgs: any(pred(s) for s in memory_status(msgs)), what=what)
-        return next(s for s in memory_status(got) if pred(s))
-
     def start_node(log_name: str, stats=None):
         return start_memory_node(t, args, tmp_path / log_name, children, stats)[:3]
 
     def send(feats, i: int) -> None:
-        s = rows.stamps_ns[i]
-        header = t.msg(HEADER)(stamp=t.msg(TIME)(sec=s // 10**9, nanosec=s % 10**9), frame_id=rows.frame_ids[i])
-        feats.publish(t.msg(VISUAL_FEATURES)(header=header, model_id=rows.model_id, dim=DIM,
-                                             embedding=t.float_array(rows.vectors[i])))  # fmt: skip
+        publish_row(t, feats, rows.stamps_ns[i], rows.frame_ids[i], rows.model_id, rows.vectors[i])
 
     server, _ = start_server(data, port=port, log_path=tmp_path / "chroma1.log")
     children.append(server)
@@ -352,11 +345,12 @@ def test_store_and_forward_through_a_server_outage_and_a_sigkill(dds_domain, tmp
         node, feats, diag = start_node("memory1.log")
         for i in range(20):
             send(feats, i)
-        counted(diag, "20 rows forwarded", lambda s: s.get("forwarded") == "20" and s.get("spool_rows") == "0")
+        status_where(diag, "20 rows forwarded",
+                     lambda st: st.get("forwarded") == "20" and st.get("spool_rows") == "0")
         server.stop()  # the server goes away
         for i in range(20, 45):  # the server is down: the node keeps taking rows
             send(feats, i)
-        seen = counted(diag, "45 rows spooled while the server is down",
+        seen = status_where(diag, "45 rows spooled while the server is down",
                        lambda s: s.get("spooled") == "45" and int(s.get("forward_failures", 0)) > 0)  # fmt: skip
         assert seen["forwarded"] == "20" and seen["spool_rows"] == "25" and seen["refused"] == "0"
         node.send(signal.SIGKILL)
@@ -365,13 +359,15 @@ def test_store_and_forward_through_a_server_outage_and_a_sigkill(dds_domain, tmp
 
         stats = tmp_path / "stats.json"
         node, feats, diag = start_node("memory2.log", stats)  # the server is still down: the node starts anyway
-        counted(diag, "the spool found again", lambda s: s.get("spool_rows") == "25")
+        status_where(diag, "the spool found again", lambda s: s.get("spool_rows") == "25")
         for i in range(45, 60):  # and keeps taking rows
             send(feats, i)
-        counted(diag, "60 rows in all", lambda s: s.get("spooled") == "15" and s.get("spool_rows") == "40")
+        status_where(diag, "60 rows in all",
+                     lambda st: st.get("spooled") == "15" and st.get("spool_rows") == "40")
         server, _ = start_server(data, port=port, log_path=tmp_path / "chroma2.log")
         children.append(server)
-        counted(diag, "the spool drained", lambda s: s.get("spool_rows") == "0" and s.get("forwarded") == "40")
+        status_where(diag, "the spool drained",
+                     lambda st: st.get("spool_rows") == "0" and st.get("forwarded") == "40")
 
         live = Rows(
             rows.vectors, rows.stamps_ns, rows.frame_ids, ["/visual_features"] * 60, rows.model_id, "live", robot="A"

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 import pytest
-from test_memory import DIM, memory_status, planted, start_memory_node
+from test_memory import planted, publish_row, start_memory_node, status_where
 from test_memory_fleet import chroma  # noqa: F401 - the fixture
 
 from openclaw_vision.memory.ingest import WRITE_PATH, Ingest, _merge_key, _Write
@@ -184,7 +184,6 @@ def test_a_memory_node_writing_through_the_ingest_loses_nothing_when_the_ingest_
     from openclaw_vision.core.children import free_port
     from openclaw_vision.memory.server import start_ingest
     from openclaw_vision.ros.cyclone import CycloneTransport
-    from openclaw_vision.ros.types import HEADER, TIME, VISUAL_FEATURES
 
     port = free_port()
     rows = planted(40, seed=41, source="live", robot="A")
@@ -195,31 +194,24 @@ def test_a_memory_node_writing_through_the_ingest_loses_nothing_when_the_ingest_
     ingest, _ = start_ingest(chroma, port=port, log_path=tmp_path / "ingest1.log")
     children: list = [ingest]
 
-    def counted(diag, what: str, pred) -> dict:
-        got = diag.wait_for(lambda msgs: any(pred(s) for s in memory_status(msgs)), what=what)
-        return next(s for s in memory_status(got) if pred(s))
-
     def send(feats, i: int) -> None:
-        s = rows.stamps_ns[i]
-        header = t.msg(HEADER)(stamp=t.msg(TIME)(sec=s // 10**9, nanosec=s % 10**9), frame_id=rows.frame_ids[i])
-        feats.publish(t.msg(VISUAL_FEATURES)(header=header, model_id=rows.model_id, dim=DIM,
-                                             embedding=t.float_array(rows.vectors[i])))  # fmt: skip
+        publish_row(t, feats, rows.stamps_ns[i], rows.frame_ids[i], rows.model_id, rows.vectors[i])
 
     try:
         node, feats, diag = start_memory_node(t, args, tmp_path / "memory.log", children)[:3]
         for i in range(16):
             send(feats, i)
-        counted(diag, "16 rows forwarded", lambda s: s.get("forwarded") == "16" and s.get("spool_rows") == "0")
+        status_where(diag, "16 rows forwarded", lambda st: st.get("forwarded") == "16" and st.get("spool_rows") == "0")
         ingest.send(signal.SIGKILL)
         ingest.wait(10)
         for i in range(16, 40):  # the ingest is gone: the node keeps taking rows
             send(feats, i)
-        seen = counted(diag, "40 rows spooled while the ingest is down",
+        seen = status_where(diag, "40 rows spooled while the ingest is down",
                        lambda s: s.get("spooled") == "40" and int(s.get("forward_failures", 0)) > 0)  # fmt: skip
         assert seen["refused"] == "0" and seen["set_aside"] == "0"
         again, _ = start_ingest(chroma, port=port, log_path=tmp_path / "ingest2.log")
         children.append(again)
-        counted(diag, "the spool drained", lambda s: s.get("spool_rows") == "0" and s.get("forwarded") == "40")
+        status_where(diag, "the spool drained", lambda st: st.get("spool_rows") == "0" and st.get("forwarded") == "40")
         assert node.stop() == 0, node.log_text()
     finally:
         for child in children:
