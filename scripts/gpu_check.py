@@ -18,6 +18,10 @@ Section "vlm", each printed and saved:
 `--dry-run` runs the same code with NumPy in place of CuPy at the tiny shape only (and the
 kernel compiled for the CPU), so the script itself is tested on machines without a GPU
 (test_gpu_check.py). The JSON is rewritten after each section: a run cut short keeps what it had.
+
+The report records the machine it ran on (`measured_on`: CPU, GPU, driver, versions, date). Back in a
+checkout, `scripts/gpu_check.py --publish gpu_check.json --docs gpu-check` turns it into the docs' figures
+(bench/figures.py) under that machine's name: the lent machine has no checkout to publish into.
 """
 
 from __future__ import annotations
@@ -142,15 +146,38 @@ def copy_bandwidth_gbs(xp, mb: int = 1024) -> float:
     return 2 * a.nbytes / best / 1e9
 
 
+def gpu_line(xp) -> str | None:
+    """The GPU as the figures' machine line names it (name, memory, driver's CUDA version, CuPy); None without one."""
+    if xp is np:
+        return None
+    props = xp.cuda.runtime.getDeviceProperties(0)
+    driver = xp.cuda.runtime.driverGetVersion()
+    return (f"{props['name'].decode()} ({props['totalGlobalMem'] / 2**30:.0f} GiB; driver CUDA "
+            f"{driver // 1000}.{driver % 1000 // 10}, CuPy {xp.__version__})")  # fmt: skip
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dry-run", action="store_true", help="NumPy in place of CuPy, tiny shape only")
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "out")))
     ap.add_argument("--sections", default="vision,vlm", help="comma-separated: vision, vlm")
     ap.add_argument("--vision-budget", type=float, default=240, help="seconds before optional vision parts are skipped")
+    ap.add_argument("--publish", type=Path, default=None, metavar="JSON",
+                    help="no check: publish a report this script wrote on a GPU machine as --docs NAME")  # fmt: skip
+    ap.add_argument("--docs", default=None, metavar="NAME", help="with --publish: docs/figures/NAME.json and .md")
     args = ap.parse_args()
+    if args.publish:
+        if not args.docs:
+            ap.error("--publish needs --docs NAME")
+        print("published", *publish(args.publish, args.docs))
+        return 0
     args.out.mkdir(parents=True, exist_ok=True)
-    report: dict = {}
+    from openclaw_vision.bench.figures import measured_on
+
+    xp = np
+    if not args.dry_run:
+        import cupy as xp
+    report: dict = {"measured_on": measured_on(gpu=gpu_line(xp))}
     passed = True
 
     def save() -> None:
@@ -168,6 +195,74 @@ def main() -> int:
         passed &= report["equality"]["passed"]
         save()
     return 0 if passed else 1
+
+
+def markdown(report: dict) -> str:
+    """The report as the docs' tables: what a reader of docs/gpu.md needs, every number from the JSON."""
+    out: list[str] = []
+    v = report.get("vision")
+    if v:
+        k, e = v["kernel_vs_cpu_path"], v["gpu_encoder_vs_ort_fp32"]
+        out += [f"Vision ({v['mode']}; check passed: {v['passed']}).", "",
+                "| check | what | result |", "|---|---|---|",
+                f"| fused kernel vs CPU path | {len(k['per_encoding'])} encodings at 1080p, padded rows; "
+                f"{k['frames']} | max {k['max_levels']} levels apart; embeddings ({k['reference_model']}) cosine "
+                f">= {k['min_cosine']} |",
+                f"| GPU encoder vs ONNX Runtime FP32 | {e['backend']} backend, {e['precision']}, {e['model']}, "
+                f"{e['frames']} frames, kernel vs CPU preprocessing | cosine min {e['min_cosine']}, mean "
+                f"{e['mean_cosine']} |",
+                f"| a batch vs each frame alone | FramePipeline, kernel into row k, one encode per batch | cosine "
+                f">= {v['batches']['min_cosine_batch_vs_alone']} |",
+                f"| TensorRT | | {v['tensorrt'].get('reason') or v['tensorrt']} |", ""]  # fmt: skip
+        lat = v["latency_1080p"]
+        ms = lat["ms"]
+        out += [f"One 1080p rgb8 frame, ms per stage ({lat['iters']} frames; GPU stages by CUDA events, walls by "
+                f"the host clock; GPU: {lat['gpu_backend']}, CPU: {lat['cpu_backend']} on the same machine's CPU):",
+                "", "| path | stage | P50 ms | P99 ms |", "|---|---|---|---|"]  # fmt: skip
+        for path, stages in (("GPU", ("h2d", "kernel", "encode", "d2h", "gpu_wall")),
+                             ("CPU", ("cpu_preprocess", "cpu_encode", "cpu_wall"))):  # fmt: skip
+            out += [f"| {path} | {s} | {ms[s]['p50']} | {ms[s]['p99']} |" for s in stages if s in ms]
+        out += ["", f"CPU wall over GPU wall, P50: {ms['ratio_cpu_over_gpu_wall_p50']}x; host-to-device copy "
+                f"{ms['h2d_gbps_p50']} GB/s.", ""]  # fmt: skip
+        b = v["batches"]["per_batch"]
+        out += ["Frames per batch on the GPU (FramePipeline.run, host wall):", "",
+                "| frames | wall ms P50 | per frame ms |", "|---|---|---|",
+                *(f"| {n} | {r['wall_ms_p50']} | {r['per_frame_ms_p50']} |" for n, r in b.items()), ""]  # fmt: skip
+        var = v["kernel_variants"].get("us_per_launch")
+        if var:
+            encs = list(dict.fromkeys(key.split("/")[0] for key in var))  # in the order measured
+            rows = list(dict.fromkeys(key.split("/")[1] for key in var))
+            out += [f"Kernel µs per launch, 1080p, fp16 out, by output rows per thread (default "
+                    f"{v['kernel_variants']['default_rows_per_thread']}):", "",
+                    "| encoding | " + " | ".join(rows) + " |", "|---|" + "---|" * len(rows),
+                    *(f"| {enc} | " + " | ".join(str(var[f'{enc}/{r}']) for r in rows) + " |" for enc in encs),
+                    ""]  # fmt: skip
+    if "ours" in report:
+        out += [f"VLM decoder ({report['array_module']}; logits against NumPy's: max difference "
+                f"{report['equality']['max_abs_logit_difference']:.2g}):", "",
+                "| decoder | shape | weights | prefill tokens/s | decode tokens/s |", "|---|---|---|---|---|",
+                *(f"| ours | {o['shape']} | {o['dtype']} | {o['prefill_tokens_per_s']} | {o['decode_tokens_per_s']} |"
+                  for o in report["ours"])]  # fmt: skip
+        t = report.get("transformers_fp16")
+        if t and "error" not in t:
+            shape = report["ours"][0]["shape"]
+            out.append(f"| transformers LlamaForCausalLM | {shape} | float16 | {t['prefill_tokens_per_s']} | "
+                       f"{t['decode_tokens_per_s']} |")  # fmt: skip
+        r = report["roofline"]
+        out += ["", f"Decode roofline (weight bytes per token over the measured device copy, "
+                f"{r['copy_bandwidth_gbs']} GB/s): {r['decode_roofline_tokens_per_s_fp16']} tokens/s at float16; "
+                f"ours reached {r['fraction_fp16']:.1%} of it."]  # fmt: skip
+    return "\n".join(out)
+
+
+def publish(report_path: Path, name: str, folder: Path | None = None) -> tuple[Path, Path]:
+    """A report of this script as docs figures, under the machine that measured it (its `measured_on`)."""
+    from openclaw_vision.bench import figures
+
+    report = json.loads(report_path.read_text())
+    command = "bash scripts/gpu_check.sh"
+    kwargs = {} if folder is None else {"folder": folder}
+    return figures.publish(name, report, markdown(report), command, measured=report["measured_on"], **kwargs)
 
 
 def vlm_check(args: argparse.Namespace) -> dict:

@@ -292,7 +292,8 @@ def stage_latency(dry: bool, model: Path, build_dir: Path, iters: int, warmup: i
     ort = ort_encoder(model)
     pre = CpuPreprocessor(SPEC)
     frame = Frame.from_rgb(rgb)
-    cpu: dict[str, list[float]] = {"preprocess": [], "encode": [], "cpu_wall": []}
+    # the CPU's stages by names of their own: a CPU "encode" would overwrite the GPU's in the summary below
+    cpu: dict[str, list[float]] = {"cpu_preprocess": [], "cpu_encode": [], "cpu_wall": []}
     for i in range(max(iters // 4, 5) + 3):
         t0 = time.perf_counter()
         x = pre(frame)[None]
@@ -300,8 +301,8 @@ def stage_latency(dry: bool, model: Path, build_dir: Path, iters: int, warmup: i
         ort.encode(x)
         t2 = time.perf_counter()
         if i >= 3:
-            cpu["preprocess"].append((t1 - t0) * 1e3)
-            cpu["encode"].append((t2 - t1) * 1e3)
+            cpu["cpu_preprocess"].append((t1 - t0) * 1e3)
+            cpu["cpu_encode"].append((t2 - t1) * 1e3)
             cpu["cpu_wall"].append((t2 - t0) * 1e3)
     summary = {k2: {q: round(v, 4) for q, v in percentiles(vals, (50, 99)).items() if q != "n"} for k2, vals in
                {**stages, **cpu}.items()}  # fmt: skip
