@@ -21,10 +21,10 @@ thread over a measured window and divided by the frames the node received in it:
 Two take paths on Cyclone, side by side in one run: `all` (the node's: one wake-up and one
 `dds_takecdr` for everything the reader holds) and `one` (a take per sample: the path before issue 38,
 cyclone.TAKE_AT_MOST = 1). Every sample goes through the node's whole intake either way (decoded,
-checked, counted: subscription.py says why the older ones are not skipped). Full runs add `all+arena`:
-`all` with glibc's malloc told to keep 6 MB blocks in its heap (ARENA), a candidate for lowering the
-floor itself (Cyclone's receive thread copies each frame into a fresh 6 MB block: mmap, page faults and
-zeroing per frame by default, and munmap where the last view of it goes). Each
+checked, counted: subscription.py says why the older ones are not skipped). The node keeps freed frame
+buffers in malloc's heap (its `frame_heap_mb`, core/heap.py); full runs add `all+glibc`, the node with
+glibc's own thresholds, where a camera's replaced frame is handed back to the kernel in our intake and the
+next one's pages are faulted in again in the transport's receive. Each
 beside nothing (`idle`) and beside one busy process per core (`hogs`: the encode and the camera drivers
 a robot runs, where the take thread falls behind and the reader fills). rclpy hands every sample over
 one at a time (its executor: one take per callback), so it has one path, `one`; it is measured where rclpy imports (a
@@ -54,10 +54,9 @@ from ..runtime import bags, threads
 
 #: the take paths compared: a take per sample (before issue 38), all the reader holds per take (now)
 PATHS = ("one", "all")
-#: `all` again with glibc's malloc keeping 6 MB blocks in its heap (no mmap, page faults and zeroing per frame
-#: in Cyclone's receive thread, no munmap where the last view is released): a candidate to lower the floor,
-#: measured beside the default in full runs (the env a launch file or unit would set)
-ARENA = {"MALLOC_MMAP_THRESHOLD_": str(64 << 20), "MALLOC_TRIM_THRESHOLD_": str(256 << 20)}
+#: a path's suffix for the node with glibc's own malloc thresholds (frame_heap_mb 0) in place of its default,
+#: frame buffers kept in the heap (core/heap.py): measured beside the default in full runs
+GLIBC = "+glibc"
 LOADS = ("idle", "hogs")
 #: (cameras, fps per camera, measured seconds, warm-up seconds) of a full run and of --quick
 SETUP = {False: (4, 30.0, 8.0, 2.0), True: (1, 30.0, 2.0, 1.0)}
@@ -176,7 +175,8 @@ def receive(transport: str, path: str, topics: Sequence[str], seconds: float, wa
     clock = IntakeClock()
     t = create_transport(transport, "dropcost_receiver", [])
     enc = PausedEncoder()
-    node = EncoderNode(EncoderConfig(image_topics=tuple(topics), diagnostics_period=3600.0), t, enc)
+    heap = {"frame_heap_mb": 0} if path.endswith(GLIBC) else {}
+    node = EncoderNode(EncoderConfig(image_topics=tuple(topics), diagnostics_period=3600.0, **heap), t, enc)
     try:
         node.start()
         print("ready", flush=True)
@@ -248,16 +248,16 @@ def run_dropcost(quick: bool, work: Path, rounds: int | None = None) -> dict[str
         from .cameras import PLAYER_FRAMES
 
         bags.write_sample_bag(bag, frames=PLAYER_FRAMES, fps=fps)
-    setups = [("cyclonedds", p, None) for p in PATHS] + ([("rclpy", "one", None)] if rclpy_available() else [])
+    setups = [("cyclonedds", p) for p in PATHS] + ([("rclpy", "one")] if rclpy_available() else [])
     if not quick:
-        setups.append(("cyclonedds", "all+arena", ARENA))
+        setups.append(("cyclonedds", "all" + GLIBC))
     loads = LOADS[:1] if quick else LOADS
     rows = []
     for r in range(rounds or (1 if quick else 2)):
         for load in loads:
-            for transport, path, env in setups if r % 2 == 0 else setups[::-1]:
+            for transport, path in setups if r % 2 == 0 else setups[::-1]:
                 where = work / f"{transport}-{path}-{load}-{r}"
-                row = trial(transport, path, load, n, fps, seconds, warmup, bag, where, env=env)
+                row = trial(transport, path, load, n, fps, seconds, warmup, bag, where)
                 row["round"] = r
                 rows.append(row)
                 print(line(row), flush=True)
@@ -277,7 +277,7 @@ def line(row: dict) -> str:
 def goals(res: dict) -> list[dict]:
     from .goals import row
 
-    now = [r for r in res["rows"] if r["path"] == "all" or r["transport"] == "rclpy"]
+    now = [r for r in res["rows"] if r["path"] == "all" or (r["transport"], r["path"]) == ("rclpy", "one")]
     out = []
     for transport in sorted({r["transport"] for r in now}):
         worst = max(r["our_share_ms"] for r in now if r["transport"] == transport)

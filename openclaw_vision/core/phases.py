@@ -10,12 +10,13 @@ record says so.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import gc
 import logging
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from .heap import release_free_memory
 
 log = logging.getLogger(__name__)
 
@@ -33,17 +34,6 @@ def rss_mb(key: str = "VmHWM") -> float:
     except OSError:
         pass
     return 0.0
-
-
-def release_free_memory() -> None:
-    """Give freed heap memory back to the system (glibc `malloc_trim`); a no-op elsewhere.
-
-    Sessions and activation arrays of one phase are freed when it ends, but glibc keeps freed
-    blocks below its mmap threshold (32 MB) in its arenas: without this, the next phase would
-    start — and be measured — on top of memory nobody uses any more.
-    """
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def reset_peak() -> bool:

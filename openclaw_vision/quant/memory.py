@@ -17,7 +17,8 @@ from pathlib import Path
 
 from ..core import children
 from ..core.errors import OpenclawError
-from ..core.phases import release_free_memory, rss_mb
+from ..core.heap import release_free_memory
+from ..core.phases import rss_mb
 from ..models.onnx_files import files_size
 
 #: ViT-bigG-14 FP32: minutes to load 7.4 GB

@@ -66,6 +66,7 @@ import threading
 import time
 from typing import Any
 
+from ..core import heap
 from ..core.resources import default_model_path
 from ..encoders import EncoderError, EncoderOptions, ImageEncoder, backends, create_encoder
 from ..models.naming import projected_name
@@ -202,6 +203,9 @@ class EncoderNode:
     # lifecycle --------------------------------------------------------------------------
     def start(self) -> EncoderNode:
         dds_config.check_receive_buffer()  # one warning line with the fix: frames lost there are never reported
+        if heap.keep_freed_frames(self.cfg.frame_heap_mb):
+            log.info("frame buffers: heap blocks, up to %d MB of freed ones kept (frame_heap_mb)",
+                     self.cfg.frame_heap_mb)  # fmt: skip
         self.scheduler.start()  # the worker stages, at scheduler.WORKER_NICE
         self._reporter.start()
         for cam in self.cameras.values():

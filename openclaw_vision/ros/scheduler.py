@@ -53,7 +53,8 @@ log = logging.getLogger("encoder_node")
 #: publisher, the node received 27.0 / 27.7 / 27.8 frames/s per camera with it against 21.8 / 23.1 / 25.3
 #: without, and encoded as many (31.4 / 33.7 / 34.9 against 32.5 / 29.6 / 36.4 frames/s); JPEG, where every
 #: frame arrived either way, 42.8 / 43.2 against 38.0 / 46.0. With the cap at 32 MB every frame arrived
-#: either way (bench/schedule.py); there it was not measured apart.
+#: either way (bench/schedule.py), and the same raw trial, three rounds, encoded 31.2 / 25.6 / 27.7 frames/s
+#: with it against 33.9 / 29.6 / 24.0 without: no difference beyond the trials' spread.
 WORKER_NICE = 10
 #: how often a stage waiting for the other looks at the stop
 HANDOFF_POLL_S = 0.2
