@@ -215,7 +215,7 @@ class EncoderConfig(NodeConfig):
     depth: int = param(32, "image subscription history depth (re-subscribes when changed)", minimum=1, runtime=True)
     # issue 38: core/heap.py says why, docs/cameras-and-capacity.md what it saved and cost
     frame_heap_mb: int = param(
-        64, "MB of freed frame buffers malloc keeps for the next frames (glibc; 0: its own adaptive thresholds)",
+        0, "MB of freed frame buffers malloc keeps for the next frames (glibc; 0: its own adaptive thresholds)",
         minimum=0,
     )  # fmt: skip
     diagnostics_period: float = param(1.0, "seconds between /diagnostics messages", **PERIOD)
