@@ -213,7 +213,7 @@ def markdown(report: dict) -> str:
                 f"{e['mean_cosine']} |",
                 f"| a batch vs each frame alone | FramePipeline, kernel into row k, one encode per batch | cosine "
                 f">= {v['batches']['min_cosine_batch_vs_alone']} |",
-                f"| TensorRT | | {v['tensorrt'].get('reason') or v['tensorrt']} |", ""]  # fmt: skip
+                f"| TensorRT | {tensorrt_what(v['tensorrt'])} |", ""]  # fmt: skip
         lat = v["latency_1080p"]
         ms = lat["ms"]
         out += [f"One 1080p rgb8 frame, ms per stage ({lat['iters']} frames; GPU stages by CUDA events, walls by "
@@ -253,6 +253,15 @@ def markdown(report: dict) -> str:
                 f"{r['copy_bandwidth_gbs']} GB/s): {r['decode_roofline_tokens_per_s_fp16']} tokens/s at float16; "
                 f"ours reached {r['fraction_fp16']:.1%} of it."]  # fmt: skip
     return "\n".join(out)
+
+
+def tensorrt_what(t: dict) -> str:
+    """The TensorRT row's "what | result" cells: its engine against ORT FP32, or why it did not run."""
+    if "min_cosine_vs_ort_fp32" in t:
+        return (f"TensorRT {t['version']}, {t['model']} ({t['typing']}), engine built in {t['engine_build_s']} s, "
+                f"loaded in {t['engine_load_s']} s | cosine vs ORT FP32 >= {t['min_cosine_vs_ort_fp32']}, "
+                f"{t['wall_ms_p50']} ms a frame P50")  # fmt: skip
+    return f"| {t.get('reason') or t.get('skipped') or t.get('error')}"
 
 
 def publish(report_path: Path, name: str, folder: Path | None = None) -> tuple[Path, Path]:

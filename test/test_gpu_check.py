@@ -51,6 +51,14 @@ def test_gpu_check_dry_run_compares_the_kernel_and_encoder_and_times_the_stages(
     assert v["tensorrt"] == {"available": False, "reason": "TensorRT is not importable here (no `tensorrt` module)",
                              "seconds": v["tensorrt"]["seconds"]}  # fmt: skip
     assert v["passed"] is True
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import gpu_check  # the docs' tables of this report: every check's row, its numbers as measured
+
+    md = gpu_check.markdown(json.loads((tmp_path / "gpu_check.json").read_text()))
+    assert f"max {k['max_levels']} levels apart" in md and f">= {k['min_cosine']} |" in md
+    assert "| TensorRT | | TensorRT is not importable here (no `tensorrt` module) |" in md
+    assert f"| GPU | encode | {stages['encode']['p50']} | {stages['encode']['p99']} |" in md
+    assert f"| CPU | cpu_encode | {stages['cpu_encode']['p50']} |" in md
 
 
 def test_a_report_made_on_another_machine_is_published_under_that_machine(tmp_path):
