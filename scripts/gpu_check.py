@@ -269,9 +269,8 @@ def publish(report_path: Path, name: str, folder: Path | None = None) -> tuple[P
     from openclaw_vision.bench import figures
 
     report = json.loads(report_path.read_text())
-    command = "bash scripts/gpu_check.sh"
-    kwargs = {} if folder is None else {"folder": folder}
-    return figures.publish(name, report, markdown(report), command, measured=report["measured_on"], **kwargs)
+    return figures.publish(name, report, markdown(report), "bash scripts/gpu_check.sh", folder or figures.FOLDER,
+                           measured=report["measured_on"])  # fmt: skip
 
 
 def vlm_check(args: argparse.Namespace) -> dict:

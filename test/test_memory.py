@@ -6,6 +6,8 @@ ranks, stamps and cameras; the CLI tests check what a user sees (lines, a resume
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -334,6 +336,16 @@ def publish_row(t, pub, stamp_ns: int, frame_id: str, model_id: str, vector: np.
                                        embedding=t.float_array(vector)))  # fmt: skip
 
 
+def publish_planted(t, pub, rows: Rows, i: int) -> None:
+    """Row i of `rows` (planted's) on `pub`, as a camera's encoder node would send it."""
+    publish_row(t, pub, rows.stamps_ns[i], rows.frame_ids[i], rows.model_id, rows.vectors[i])
+
+
+def as_stored(rows: Rows, topic: str = "/visual_features") -> Rows:
+    """`rows` as a memory node stores what it received of them: the camera is the features topic they came on."""
+    return dataclasses.replace(rows, cameras=[topic] * len(rows.vectors))
+
+
 def status_where(diag, what: str, pred) -> dict:
     """The first memory-node status on `diag` for which `pred` holds, once one has arrived."""
     got = diag.wait_for(lambda msgs: any(pred(st) for st in memory_status(msgs)), what=what)
@@ -423,7 +435,7 @@ def test_memory_node_writes_batches_refuses_other_models_and_survives_sigkill(dd
         for node in nodes:
             node.stop()
         t.close()
-    live = Rows(rows.vectors, rows.stamps_ns, rows.frame_ids, ["/visual_features"] * 20, rows.model_id, "live")
+    live = as_stored(rows)
     with VisualMemory(store) as memory:
         check_store_ranks = memory.search(unit(rows.vectors[7] + 0.1 * rows.vectors[3]), rows.model_id, top_k=3)
         want = exact_top(live, unit(rows.vectors[7] + 0.1 * rows.vectors[3]), 3)
@@ -531,7 +543,7 @@ def test_memory_node_on_a_multi_camera_nodes_per_camera_topics(dds_domain, tmp_p
         wait_until(lambda: (all(p.matched() for p in pubs) and sub.matched()) or not node.alive())
         assert node.alive(), node.log_text()
         for i in range(20):  # even rows on cam0's topic, odd ones on cam1's
-            publish_row(t, pubs[i % 2], rows.stamps_ns[i], rows.frame_ids[i], rows.model_id, rows.vectors[i])
+            publish_planted(t, pubs[i % 2], rows, i)
         diag.wait_for(lambda msgs: any(kv.key == "written" and kv.value == "20" for m in msgs for st in m.status
                                        for kv in st.values), what="20 rows written")  # fmt: skip
         assert node.stop() == 0

@@ -15,9 +15,10 @@ from test_memory import (
     _cli,
     _features_bag,
     _query,
+    as_stored,
     exact_top,
     planted,
-    publish_row,
+    publish_planted,
     start_memory_node,
     status_where,
     unit,
@@ -336,22 +337,19 @@ def test_store_and_forward_through_a_server_outage_and_a_sigkill(dds_domain, tmp
     def start_node(log_name: str, stats=None):
         return start_memory_node(t, args, tmp_path / log_name, children, stats)[:3]
 
-    def send(feats, i: int) -> None:
-        publish_row(t, feats, rows.stamps_ns[i], rows.frame_ids[i], rows.model_id, rows.vectors[i])
-
     server, _ = start_server(data, port=port, log_path=tmp_path / "chroma1.log")
     children.append(server)
     try:
         node, feats, diag = start_node("memory1.log")
         for i in range(20):
-            send(feats, i)
+            publish_planted(t, feats, rows, i)
         status_where(diag, "20 rows forwarded",
                      lambda st: st.get("forwarded") == "20" and st.get("spool_rows") == "0")
         server.stop()  # the server goes away
         for i in range(20, 45):  # the server is down: the node keeps taking rows
-            send(feats, i)
+            publish_planted(t, feats, rows, i)
         seen = status_where(diag, "45 rows spooled while the server is down",
-                       lambda s: s.get("spooled") == "45" and int(s.get("forward_failures", 0)) > 0)  # fmt: skip
+                            lambda s: s.get("spooled") == "45" and int(s.get("forward_failures", 0)) > 0)  # fmt: skip
         assert seen["forwarded"] == "20" and seen["spool_rows"] == "25" and seen["refused"] == "0"
         node.send(signal.SIGKILL)
         node.wait(10)
@@ -361,7 +359,7 @@ def test_store_and_forward_through_a_server_outage_and_a_sigkill(dds_domain, tmp
         node, feats, diag = start_node("memory2.log", stats)  # the server is still down: the node starts anyway
         status_where(diag, "the spool found again", lambda s: s.get("spool_rows") == "25")
         for i in range(45, 60):  # and keeps taking rows
-            send(feats, i)
+            publish_planted(t, feats, rows, i)
         status_where(diag, "60 rows in all",
                      lambda st: st.get("spooled") == "15" and st.get("spool_rows") == "40")
         server, _ = start_server(data, port=port, log_path=tmp_path / "chroma2.log")
@@ -369,9 +367,7 @@ def test_store_and_forward_through_a_server_outage_and_a_sigkill(dds_domain, tmp
         status_where(diag, "the spool drained",
                      lambda st: st.get("spool_rows") == "0" and st.get("forwarded") == "40")
 
-        live = Rows(
-            rows.vectors, rows.stamps_ns, rows.frame_ids, ["/visual_features"] * 60, rows.model_id, "live", robot="A"
-        )  # what the node made of them: the camera is the topic they came on
+        live = as_stored(rows)
         with VisualMemory(url) as fleet:  # every row once, as the node's robot's
             assert len(fleet) == 60
             got = fleet._collection.get(ids=live.ids(), include=["embeddings", "metadatas"])

@@ -15,11 +15,11 @@ import time
 
 import numpy as np
 import pytest
-from test_memory import planted, publish_row, start_memory_node, status_where
+from test_memory import as_stored, planted, publish_planted, start_memory_node, status_where
 from test_memory_fleet import chroma  # noqa: F401 - the fixture
 
 from openclaw_vision.memory.ingest import WRITE_PATH, Ingest, _merge_key, _Write
-from openclaw_vision.memory.store import Rows, StoreRefused, StoreUnavailable, VisualMemory
+from openclaw_vision.memory.store import StoreRefused, StoreUnavailable, VisualMemory
 
 
 @pytest.fixture
@@ -194,20 +194,17 @@ def test_a_memory_node_writing_through_the_ingest_loses_nothing_when_the_ingest_
     ingest, _ = start_ingest(chroma, port=port, log_path=tmp_path / "ingest1.log")
     children: list = [ingest]
 
-    def send(feats, i: int) -> None:
-        publish_row(t, feats, rows.stamps_ns[i], rows.frame_ids[i], rows.model_id, rows.vectors[i])
-
     try:
         node, feats, diag = start_memory_node(t, args, tmp_path / "memory.log", children)[:3]
         for i in range(16):
-            send(feats, i)
+            publish_planted(t, feats, rows, i)
         status_where(diag, "16 rows forwarded", lambda st: st.get("forwarded") == "16" and st.get("spool_rows") == "0")
         ingest.send(signal.SIGKILL)
         ingest.wait(10)
         for i in range(16, 40):  # the ingest is gone: the node keeps taking rows
-            send(feats, i)
+            publish_planted(t, feats, rows, i)
         seen = status_where(diag, "40 rows spooled while the ingest is down",
-                       lambda s: s.get("spooled") == "40" and int(s.get("forward_failures", 0)) > 0)  # fmt: skip
+                            lambda s: s.get("spooled") == "40" and int(s.get("forward_failures", 0)) > 0)  # fmt: skip
         assert seen["refused"] == "0" and seen["set_aside"] == "0"
         again, _ = start_ingest(chroma, port=port, log_path=tmp_path / "ingest2.log")
         children.append(again)
@@ -217,8 +214,6 @@ def test_a_memory_node_writing_through_the_ingest_loses_nothing_when_the_ingest_
         for child in children:
             child.stop()
         t.close()
-    # what the node made of the rows: the camera is the topic they came on
-    live = Rows(rows.vectors, rows.stamps_ns, rows.frame_ids, ["/visual_features"] * 40, rows.model_id, "live",
-                robot="A")  # fmt: skip
+    live = as_stored(rows)
     got = VisualMemory(chroma)._collection.get(ids=live.ids(), include=["metadatas"])
     assert sorted(got["ids"]) == sorted(live.ids()) and {m["robot"] for m in got["metadatas"]} == {"A"}
