@@ -31,7 +31,6 @@ import numpy as np
 
 from openclaw_vision.ros import cdr, cyclone
 from openclaw_vision.ros.dds_types import idl_type
-from openclaw_vision.ros.subscription import header_factory
 from openclaw_vision.ros.types import IMAGE, QoS
 from openclaw_vision.runtime import bags
 
@@ -68,7 +67,7 @@ def take_times(rounds: int, slow_rounds: int) -> dict[str, list[float]]:
     try:
         p = transport.participant
         qos = cyclone._qos(cyclone.reader_qos(QoS("reliable", 4), bounded_keep_all=True))
-        decode = cdr.sample_decoder(IMAGE, idl_type(IMAGE).deserialize, header_factory(idl_type))
+        decode = cdr.sample_decoder(IMAGE, idl_type(IMAGE).deserialize)
         lib, mask = cyclone._ddsc(), int(ViewState.Any | InstanceState.Any | SampleState.Any)
         pixels = np.resize(np.arange(256, dtype=np.uint8), (HEIGHT, WIDTH, 3))
         frame = bags.serialize_image(pixels, "rgb8", 1_000_000_002, "cam")  # stamp 1 s 2 ns

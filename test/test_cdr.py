@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from support.cdr_writer import compressed_image_cdr, image_cdr
 
 from openclaw_vision.ros import cdr
+from openclaw_vision.ros.convert import ros_header
 from openclaw_vision.ros.dds_types import idl_type
 from openclaw_vision.runtime import bags
 
@@ -124,7 +125,8 @@ def test_a_data_length_beyond_the_sample_raises():
 @pytest.mark.dds
 @pytest.mark.parametrize("zero_copy", [True, False])
 def test_cyclone_transport_hands_over_views_and_publishes_raw_bytes(dds_domain, monkeypatch, zero_copy):
-    """Through real DDS: raw CDR in, an image whose header is the transport's own type and whose data is a view.
+    """Through real DDS: raw CDR in, an image whose header is cdr's plain one (the transport's own built from it
+    to publish) and whose data is a view.
 
     zero_copy: dds_takecdr's reference into Cyclone's sample; else the binding's copying take.
     """
@@ -159,8 +161,11 @@ def test_cyclone_transport_hands_over_views_and_publishes_raw_bytes(dds_domain, 
         img, dt = got[IMAGE][0]
         assert isinstance(img, cdr.ImageView) and isinstance(img.data, memoryview) and dt >= 0
         assert bytes(img.data) == pixels and (img.width, img.encoding) == (7681, "mono8")
-        assert isinstance(img.header, idl_type("std_msgs/msg/Header"))
+        assert isinstance(img.header, cdr.Header)
         assert (img.header.stamp.sec, img.header.stamp.nanosec, img.header.frame_id) == (3, 0, "cam")
+        own = ros_header(t, img.header)
+        assert isinstance(own, idl_type("std_msgs/msg/Header"))
+        assert (own.stamp.sec, own.stamp.nanosec, own.frame_id) == (3, 0, "cam")
         assert [m.header.stamp.nanosec for m, _ in got[IMAGE]] == list(range(5))
         comp = got[COMPRESSED_IMAGE][0]
         assert comp.format == "jpeg" and bytes(comp.data) == b"\xff\xd8\xff\xd9"

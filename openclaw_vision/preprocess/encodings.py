@@ -159,15 +159,22 @@ def pixel_view(
     row = width * bpp
     if step < row:
         raise FrameError(f"step {step} < width*{bpp} = {row} for {encoding}")
-    buf = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data.reshape(-1).view(np.uint8)
+    array = isinstance(data, np.ndarray)
+    buf = data.reshape(-1).view(np.uint8) if array else memoryview(data)
+    size = buf.size if array else buf.nbytes
     rows = enc.buffer_rows(height)
     need = step * rows  # sensor_msgs/Image: "size is (step * rows)"; exact integers, no 32-bit wrap
-    if buf.size != need:
+    if size != need:
         what = f"{width}x{height} {encoding} with step {step}" + (" (plus H/2 chroma rows)" if enc.planar420 else "")
-        raise FrameError(f"{buf.size} data bytes, {what} needs {need} (step * rows)")
-    # rows of `step` bytes, each cut to the bytes its pixels use, then split into pixels: views all the way (the
-    # split is of a contiguous axis); as_strided took 7.5 us a 1080p frame here, this 3 (every frame received)
-    view = buf.reshape(rows, step)[:, :row].reshape(rows, width, bpp)
+        raise FrameError(f"{size} data bytes, {what} needs {need} (step * rows)")
+    # rows of `step` bytes, each cut to the bytes its pixels use, split into pixels: a view either way. A message's
+    # bytes (what the nodes receive: every frame is viewed, most only to be dropped) in one call, 0.7 us a 1080p frame
+    # here, against 2.6 for reshape, slice and reshape (kept for an array, whose own strides numpy follows) and 7.5
+    # for as_strided
+    if array:
+        view = buf.reshape(rows, step)[:, :row].reshape(rows, width, bpp)
+    else:
+        view = np.ndarray((rows, width, bpp), np.uint8, buf, 0, (step, bpp, 1))
     view.flags.writeable = False
     return view
 

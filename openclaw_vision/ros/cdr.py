@@ -51,23 +51,19 @@ class Time:
 
 @dataclass
 class Header:
+    """std_msgs/Header as read here: plain fields, whatever the transport. Most images a node receives are
+    dropped unseen, so none pays for the transport's own Header (rclpy's, ~4 us with its field checks);
+    what publishes an image's header builds that from these fields (convert.ros_header)."""
+
     stamp: Time
     frame_id: str
-
-
-#: make_header(sec, nanosec, frame_id) → the header object handed on (a transport's own type)
-HeaderFactory = Callable[[int, int, str], Any]
-
-
-def plain_header(sec: int, nanosec: int, frame_id: str) -> Header:
-    return Header(Time(sec, nanosec), frame_id)
 
 
 @dataclass
 class ImageView:
     """sensor_msgs/Image with ROS's field names; `data` is a view of the received bytes."""
 
-    header: Any
+    header: Header
     height: int
     width: int
     encoding: str
@@ -80,12 +76,21 @@ class ImageView:
 class CompressedImageView:
     """sensor_msgs/CompressedImage with ROS's field names; `data` is a view of the received bytes."""
 
-    header: Any
+    header: Header
     format: str
     data: memoryview
 
 
+#: runs of 4-byte members read in one call, by byte order: (sec, nanosec, frame_id's length) opens every
+#: header (its stamp alone: "iI"); (height, width, encoding's length), (step, data's length) and (a length)
+_RUNS = {e: {f: struct.Struct(e + f) for f in ("iII", "iI", "III", "II", "I")} for e in "<>"}
+
+
 class _Reader:
+    """A sample's members in order. Every run of 4-byte members is one `struct` call, so an image's ~60
+    bytes of fields cost a handful of calls: the take thread reads every sample it receives, and most
+    are dropped (issue 38)."""
+
     def __init__(self, buf) -> None:
         self.buf = memoryview(buf).cast("B") if not isinstance(buf, memoryview) else buf.cast("B")
         if len(self.buf) < HEADER_SIZE:
@@ -94,6 +99,7 @@ class _Reader:
         if kind not in (CDR_BE, CDR_LE):
             raise CdrUnsupported(f"encapsulation {kind.hex()} is not plain XCDR1 (0000 or 0001)")
         self.e = "<" if kind == CDR_LE else ">"
+        self.runs = _RUNS[self.e]
         self.off = HEADER_SIZE
 
     def _take(self, n: int, what: str) -> int:
@@ -103,22 +109,17 @@ class _Reader:
         self.off = start + n
         return start
 
-    def align(self, n: int) -> None:
-        self.off += -(self.off - HEADER_SIZE) % n
-
-    def u32(self, what: str) -> int:
-        self.align(4)
-        return struct.unpack_from(self.e + "I", self.buf, self._take(4, what))[0]
-
-    def i32(self, what: str) -> int:
-        self.align(4)
-        return struct.unpack_from(self.e + "i", self.buf, self._take(4, what))[0]
+    def words(self, fmt: str, what: str) -> tuple[int, ...]:
+        """A run of 4-byte members (`fmt`: a key of _RUNS), aligned to 4 as each of them is."""
+        run = self.runs[fmt]
+        self.off += -(self.off - HEADER_SIZE) % 4
+        return run.unpack_from(self.buf, self._take(run.size, what))
 
     def u8(self, what: str) -> int:
         return self.buf[self._take(1, what)]
 
-    def string(self, what: str) -> str:
-        n = self.u32(what)
+    def text(self, n: int, what: str) -> str:
+        """A string whose length `n` (counting its NUL) was read with the run before it."""
         start = self._take(n, what)
         if n == 0:  # not valid CDR (the length counts the NUL), but some writers send it for ""
             return ""
@@ -129,45 +130,44 @@ class _Reader:
         except UnicodeDecodeError as err:
             raise CdrError(f"{what}: not UTF-8 ({err})") from None
 
-    def octets(self, what: str) -> memoryview:
-        n = self.u32(what)
+    def octets(self, n: int, what: str) -> memoryview:
+        """`n` bytes (a sequence whose count was read with the run before it), a view of the sample."""
         start = self._take(n, what)
         return self.buf[start : start + n]
 
 
-def _header(r: _Reader, make_header: HeaderFactory) -> Any:
-    sec = r.i32("header.stamp.sec")
-    nanosec = r.u32("header.stamp.nanosec")
-    return make_header(sec, nanosec, r.string("header.frame_id"))
+def _header(r: _Reader) -> Header:
+    sec, nanosec, n = r.words("iII", "header")
+    return Header(Time(sec, nanosec), r.text(n, "header.frame_id"))
 
 
-def parse_image(buf, make_header: HeaderFactory = plain_header) -> ImageView:
+def parse_image(buf) -> ImageView:
     """Read a serialized sensor_msgs/Image; `data` is a zero-copy view into `buf`."""
     r = _Reader(buf)
-    header = _header(r, make_header)
-    height, width = r.u32("height"), r.u32("width")
-    encoding = r.string("encoding")
+    header = _header(r)
+    height, width, n = r.words("III", "height, width")
+    encoding = r.text(n, "encoding")
     is_bigendian = r.u8("is_bigendian")
-    step = r.u32("step")
-    return ImageView(header, height, width, encoding, is_bigendian, step, r.octets("data"))
+    step, n = r.words("II", "step")
+    return ImageView(header, height, width, encoding, is_bigendian, step, r.octets(n, "data"))
 
 
-def parse_compressed_image(buf, make_header: HeaderFactory = plain_header) -> CompressedImageView:
+def parse_compressed_image(buf) -> CompressedImageView:
     """Read a serialized sensor_msgs/CompressedImage; `data` is a zero-copy view into `buf`."""
     r = _Reader(buf)
-    header = _header(r, make_header)
-    fmt = r.string("format")
-    return CompressedImageView(header, fmt, r.octets("data"))
+    header = _header(r)
+    fmt = r.text(*r.words("I", "format"), "format")
+    (n,) = r.words("I", "data")
+    return CompressedImageView(header, fmt, r.octets(n, "data"))
 
 
 #: the types this module reads itself, by ROS type name
 PARSERS = {"sensor_msgs/msg/Image": parse_image, "sensor_msgs/msg/CompressedImage": parse_compressed_image}
 
 
-def sample_decoder(ros_type: str, generic: Callable[[Any], Any], make_header: HeaderFactory) -> Callable[[Any], Any]:
+def sample_decoder(ros_type: str, generic: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """bytes → message, as a subscription takes samples: images by the struct readers above (their
-    `data` a view of the sample, headers made by `make_header` as the transport's own Header type,
-    so a node can copy one into the message it publishes), every other type, and a sample in
+    `data` a view of the sample, their header a plain `Header`), every other type, and a sample in
     another representation (XCDR2), by `generic` (the transport's own deserialiser)."""
     parse = PARSERS.get(ros_type)
     if parse is None:
@@ -175,7 +175,7 @@ def sample_decoder(ros_type: str, generic: Callable[[Any], Any], make_header: He
 
     def decode(raw):
         try:
-            return parse(raw, make_header)
+            return parse(raw)
         except CdrUnsupported:
             return generic(raw)
 
@@ -184,8 +184,8 @@ def sample_decoder(ros_type: str, generic: Callable[[Any], Any], make_header: He
 
 def header_stamp(buf) -> tuple[int, int]:
     """(sec, nanosec) of the header.stamp that a serialized message starts with."""
-    r = _Reader(buf)
-    return r.i32("header.stamp.sec"), r.u32("header.stamp.nanosec")
+    sec, nanosec = _Reader(buf).words("iI", "header.stamp")
+    return sec, nanosec
 
 
 def restamp(buf, sec: int, nanosec: int) -> bytes:

@@ -489,7 +489,7 @@ class CycloneTransport:
 
     def subscribe(self, topic: str, ros_type: str, qos: QoS, callback: Callback) -> _Subscription:
         """Images are read by cdr's struct reader, their `data` a view of Cyclone's own sample (module doc)."""
-        intake = SampleIntake(topic, ros_type, callback, idl_type, idl_type(ros_type).deserialize)
+        intake = SampleIntake(topic, ros_type, callback, idl_type(ros_type).deserialize)
         sub = _Subscription(self.participant, self._topic(topic, ros_type), qos, intake)
         self._subs.append(sub)
         return sub

@@ -224,8 +224,9 @@ class RclpyTransport:
         from rclpy.serialization import deserialize_message
 
         cls = self.msg(ros_type)
-        handle = _Subscription(self.node, SampleIntake(topic, ros_type, callback, self.msg,
-                                                       lambda raw: deserialize_message(raw, cls)))  # fmt: skip
+        handle = _Subscription(
+            self.node, SampleIntake(topic, ros_type, callback, lambda raw: deserialize_message(raw, cls))
+        )
         events = SubscriptionEventCallbacks(message_lost=handle.on_message_lost)
         profile = _profile(reader_qos(qos, bounded_keep_all=False))
         handle._sub = self.node.create_subscription(

@@ -4,9 +4,9 @@ rclpy_transport.py and cyclone.py differ only in how a serialized sample is take
 callback on the executor's thread; a WaitSet thread of ours on Cyclone). From the bytes on, both hand
 them to a `SampleIntake`, which
 
-- decodes them: images by cdr's struct reader (`data` a view of the sample, the header as the
-  transport's own Header type, so a node can copy it into what it publishes), every other type by
-  the transport's own deserialiser;
+- decodes them: images by cdr's struct reader (`data` a view of the sample, the header cdr's plain
+  Header: what publishes it builds the transport's own, convert.ros_header), every other type by the
+  transport's own deserialiser;
 - times the decode (the `deserialize` stage the nodes report; Cyclone's includes its take);
 - counts and logs (throttled) a sample that does not decode: the subscription goes on;
 - guards the user's callback: an exception there is counted and logged (a throttled line with its
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import cdr
-from .types import HEADER, TIME, Callback, QoS
+from .types import Callback, QoS
 
 log = logging.getLogger(__name__)
 
@@ -129,16 +129,6 @@ def reader_qos(q: QoS, bounded_keep_all: bool) -> DdsQos:
     return DdsQos(q.reliability, q.history, q.depth)
 
 
-def header_factory(msg: Callable[[str], type]) -> cdr.HeaderFactory:
-    """make_header(sec, nanosec, frame_id) → a std_msgs/Header of the transport whose `msg` is given."""
-    header_cls, time_cls = msg(HEADER), msg(TIME)
-
-    def make_header(sec: int, nanosec: int, frame_id: str) -> Any:
-        return header_cls(stamp=time_cls(sec=sec, nanosec=nanosec), frame_id=frame_id)
-
-    return make_header
-
-
 class SampleIntake:
     """bytes → message → the user's callback(message, deserialize seconds), for one subscription.
 
@@ -146,10 +136,9 @@ class SampleIntake:
     mutually exclusive default callback group), so the counts need no lock. It keeps no reference
     to a sample after the call: on Cyclone the sample's bytes go back when its last user is done."""
 
-    def __init__(self, topic: str, ros_type: str, callback: Callback, msg: Callable[[str], type],
-                 generic: Callable[[Any], Any]) -> None:  # fmt: skip
+    def __init__(self, topic: str, ros_type: str, callback: Callback, generic: Callable[[Any], Any]) -> None:
         self.topic, self._callback = topic, callback
-        self._decode = cdr.sample_decoder(ros_type, generic, header_factory(msg))
+        self._decode = cdr.sample_decoder(ros_type, generic)
         self.malformed = 0  # samples whose bytes did not decode
         self.failed = 0  # samples whose callback raised
         self._warn_malformed, self._warn_failed = Throttle(), Throttle()
