@@ -42,6 +42,39 @@ def test_a_sample_is_decoded_timed_and_handed_on_with_a_plain_header():
     assert core.malformed == core.failed == 0
 
 
+def test_while_busy_a_sample_is_held_undecoded_then_handled_in_order_with_the_next():
+    """hold_while: while the subscriber is busy, up to `most` samples wait undecoded; the next sample, or the
+    subscriber's release, hands every held one on first, oldest first; nothing is handed on twice or lost."""
+    got: list[str] = []
+    core = intake(lambda msg, dt: got.append(msg.header.frame_id))
+    busy = [True]
+    core.hold_while(lambda: busy[0], most=1)
+    core(image("a"))
+    assert (got, core.held) == ([], 1)  # held: not decoded, not handed on
+    core(image("b"))  # `most` already held: both now, in order
+    assert (got, core.held) == (["a", "b"], 0)
+    core(image("c"))
+    core.release_held()  # the subscriber, before it takes
+    assert (got, core.held) == (["a", "b", "c"], 0)
+    core(image("d"))
+    busy[0] = False
+    core(image("e"))  # not busy: the held one, then this one, at once
+    assert got == ["a", "b", "c", "d", "e"] and core.held == 0
+    core.hold_while(lambda: True, most=0)  # 0: no holding
+    core(image("f"))
+    assert got[-1] == "f" and core.held == 0
+
+
+def test_a_held_sample_that_does_not_decode_is_counted_when_handled(caplog):
+    got = []
+    core = intake(lambda msg, dt: got.append(msg))
+    core.hold_while(lambda: True, most=1)
+    core(b"\x00\x01\x00\x00" + bytes(3))  # truncated: held first, undecodable when handled
+    assert core.malformed == 0
+    core.release_held()
+    assert core.malformed == 1 and got == [] and "undecodable sample" in caplog.text
+
+
 def test_a_raising_callback_is_counted_and_logged_once_per_period_and_the_next_sample_arrives(caplog):
     got = []
 

@@ -117,7 +117,7 @@ class EncoderNode:
         self.stages = BatchStages(self.pipeline, self.cameras, transport, self.node_counters)
         # stage two through `_encode_and_publish`, looked up per batch: the node's seam (a test injects a fault there)
         self.scheduler: BatchScheduler[TakenBatch] = BatchScheduler(
-            self._slots, self.pipeline.max_batch, self.stages.prepare, lambda t: self._encode_and_publish(t),
+            self.intake, self.pipeline.max_batch, self.stages.prepare, lambda t: self._encode_and_publish(t),
             self.stages.failed, self.supervisor, self.overlap)  # fmt: skip
         self._reporter = self.supervisor.thread("diagnostics", self._report)
 
@@ -187,18 +187,21 @@ class EncoderNode:
         """A QoS change takes a new subscription (QoS is fixed at creation). Frames sent while
         neither exists are not received (nor counted): what any subscriber restart does."""
         cam.lost_before = cam.lost()
+        self.intake.release_held([cam])
         cam.images.close()
         cam.images = self._subscribe_images(cam)
 
     def _subscribe_images(self, cam: Camera):
         """A camera's image subscription as `self.cfg` asks for it (at start, and again after a QoS change);
-        its callback looks `_on_image` up per sample."""
-        return self.transport.subscribe(
+        its callback looks `_on_image` up per sample; it holds samples while the camera's slot is full."""
+        cam.images = self.transport.subscribe(
             cam.spec.input_topic,
             cam.spec.input_type,
             QoS(self.cfg.reliability, self.cfg.depth),
             lambda msg, deserialize_s: self._on_image(cam, msg, deserialize_s),
         )
+        self.intake.hold_samples(cam)
+        return cam.images
 
     # lifecycle --------------------------------------------------------------------------
     def start(self) -> EncoderNode:

@@ -4,6 +4,9 @@ features go, each camera's counts, and every sample from its transport thread in
     transport thread: sample → `received` (its stamp into the camera's gap estimate) → validated into a
                       Frame (bytes that are not an image: `rejected`, logged) → the camera's slot; a frame
                       it displaces, never taken by the worker: `dropped`
+    while the slot is full, a camera's subscription holds up to HELD_SAMPLES samples undecoded and handles
+    them with the next one (fewer cold runs of this path, subscription.SampleIntake); the worker's `take`
+    handles what is held first, so it always takes each camera's newest frame
 
 Cameras: `image_topic` (one camera, features on `features_topic`) or `image_topics` (N cameras; camera k's
 features on `features_pattern` with {camera} = its topic's namespace, e.g. /front/image_raw →
@@ -39,6 +42,9 @@ log = logging.getLogger("encoder_node")
 STAGES = ("deserialize", "queue", "batch", "decode", "preprocess", "encode", "publish")
 #: every frame that arrives is counted exactly once, after `received`, as one of the other four
 COUNTS = ("received", "encoded", "dropped", "rejected", "failed")
+#: samples a camera's subscription holds undecoded while the camera's slot holds a frame the worker has not
+#: taken (subscription.SampleIntake.hold_while says why): handled back to back with the next one
+HELD_SAMPLES = 1
 
 
 @dataclass(frozen=True)
@@ -122,6 +128,10 @@ class Camera:
     def lost(self) -> int:
         return self.lost_before + getattr(self.images, "lost", lambda: 0)()
 
+    def held(self) -> int:
+        """Samples its subscription holds, not yet received (Intake.hold_samples)."""
+        return self.images.intake.held if self.images is not None else 0
+
     def count(self, what: str) -> None:
         self.counters.inc(what)
 
@@ -157,6 +167,21 @@ class Intake:
         self._lock = threading.Lock()
         self._accepting = True
 
+    def hold_samples(self, cam: Camera) -> None:
+        """Let `cam`'s (new) subscription hold samples while the camera's slot is full (module doc)."""
+        key = cam.spec.topic
+        cam.images.intake.hold_while(lambda: self.slots.holds(key), HELD_SAMPLES)
+
+    def release_held(self, cams: Iterable[Camera] | None = None) -> None:
+        """Handle the samples `cams'` subscriptions hold (default: every camera's), on this thread."""
+        for cam in self.cameras.values() if cams is None else cams:
+            cam.images.intake.release_held()
+
+    def take(self, limit: int = 1, timeout: float | None = None) -> list[tuple]:
+        """The worker's take (scheduler.Slots): what is held first, then the slots' newest frames."""
+        self.release_held()
+        return self.slots.take(limit, timeout)
+
     def on_image(self, cam: Camera, msg: Any, deserialize_s: float) -> None:
         """A sample from `cam`'s subscription, `deserialize_s` after it was taken from the reader."""
         with self._lock:
@@ -185,7 +210,8 @@ class Intake:
 
     def close(self) -> None:
         """Frames after this are not the node's; a frame still in its slot (it waited for the worker when
-        the node stopped) is dropped, and counted."""
+        the node stopped) is dropped, and counted, and so is every sample held (handled first)."""
+        self.release_held()
         with self._lock:
             self._accepting = False
         for key in self.slots.close():

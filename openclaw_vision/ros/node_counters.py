@@ -8,6 +8,9 @@ an estimate of those, per camera, from the gaps between the header stamps that d
 (stats.StampGaps: a gap of k camera periods means k - 1 frames missing); frames missing before the
 first that arrived or after the last are not in it.
 
+`held`: samples a camera's subscription holds undecoded while its slot is full (intake.HELD_SAMPLES), not
+yet received: each is counted when it is handled, at the latest when the worker next takes.
+
 A failure's reason is kept before its frames are counted (`fail`): /diagnostics reads the counts
 first, so a message that shows a failure always carries its reason.
 """
@@ -69,6 +72,7 @@ class NodeCounters:
             **cam.counters.snapshot(),
             "lost": cam.lost(),
             "missing_estimate": cam.gaps.missing,
+            "held": cam.held(),
             "features_topic": cam.spec.features_topic,
             "input_topic": cam.spec.input_topic,
             "stages_ms": cam.times.summary(),
@@ -81,6 +85,7 @@ class NodeCounters:
             **{k: sum(c[k] for c in cameras.values()) for k in COUNTS},
             "lost": sum(c["lost"] for c in cameras.values()),
             "missing_estimate": sum(c["missing_estimate"] for c in cameras.values()),
+            "held": sum(c["held"] for c in cameras.values()),
             "stages_ms": self.intake.times.summary(),
             "backend": self.encoder.backend,
             "precision": self.encoder.precision,

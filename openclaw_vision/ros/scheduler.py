@@ -63,7 +63,8 @@ TAKE_POLL_S = 0.2
 
 
 class Slots(Protocol):
-    """Where the frames wait: stats.LatestSlots (one newest item per camera, taken round robin)."""
+    """Where the frames wait: the encoder node's intake (what its subscriptions hold, then stats.LatestSlots: one
+    newest item per camera, taken round robin)."""
 
     def take(self, limit: int = 1, timeout: float | None = None) -> list[tuple]: ...
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -132,9 +133,21 @@ def reader_qos(q: QoS, bounded_keep_all: bool) -> DdsQos:
 class SampleIntake:
     """bytes → message → the user's callback(message, deserialize seconds), for one subscription.
 
-    Called from one thread at a time (Cyclone: the subscription's take thread; rclpy: the node's
-    mutually exclusive default callback group), so the counts need no lock. It keeps no reference
-    to a sample after the call: on Cyclone the sample's bytes go back when its last user is done."""
+    Called from the transport's thread (Cyclone: the subscription's take thread; rclpy: the node's
+    mutually exclusive default callback group). It keeps no reference to a sample after the call
+    (on Cyclone the sample's bytes go back when its last user is done), unless the subscriber asked
+    it to hold samples while it is busy (`hold_while`); then a lock keeps the samples in order between
+    that thread and whoever releases them (`release_held`).
+
+    **Holding, and why** (issue 38). A node that keeps only each camera's newest frame drops most of
+    what a busy camera sends, yet decodes, checks and counts every sample in order (a bad image must be
+    rejected, never pass as a drop). Between two samples the transport streams megabytes through the
+    caches (rclpy copies each 1080p frame twice before our callback runs), so each sample's ~100 Python
+    calls run cold. Held while the subscriber's `busy()` says it has not taken the last sample yet, up
+    to `most` samples wait undecoded and are then handled back to back with the next, where the code is
+    warm after the first. The subscriber releases them before it takes, so its newest frame is never
+    left behind a held one; what is held costs up to `most` more samples of memory per subscription
+    while it is busy."""
 
     def __init__(self, topic: str, ros_type: str, callback: Callback, generic: Callable[[Any], Any]) -> None:
         self.topic, self._callback = topic, callback
@@ -142,9 +155,45 @@ class SampleIntake:
         self.malformed = 0  # samples whose bytes did not decode
         self.failed = 0  # samples whose callback raised
         self._warn_malformed, self._warn_failed = Throttle(), Throttle()
+        self._busy: Callable[[], bool] | None = None
+        self._most = 0
+        self._held: list[Any] = []
+        self._lock = threading.Lock()
+
+    def hold_while(self, busy: Callable[[], bool], most: int) -> None:
+        """From now on, while `busy()`, keep up to `most` samples undecoded (class doc); 0: none."""
+        self._busy, self._most = (busy, most) if most > 0 else (None, 0)
+
+    @property
+    def held(self) -> int:
+        """Samples held now (a moment's view)."""
+        return len(self._held)
+
+    def release_held(self) -> None:
+        """Handle the samples held so far, oldest first, on the calling thread."""
+        if self._held:
+            with self._lock:
+                self._handle_held()
+
+    def _handle_held(self) -> None:
+        held, self._held = self._held, []
+        for raw in held:
+            self._handle(raw, None)  # its deserialize time is its decode: the hold is no stage of its own
 
     def __call__(self, raw: Any, t0: float | None = None) -> None:
-        """Handle one serialized sample; `t0`: when taking it began (default: now)."""
+        """Take one serialized sample in; `t0`: when taking it began (default: now)."""
+        if self._busy is None:
+            self._handle(raw, t0)
+            return
+        with self._lock:
+            if len(self._held) < self._most and self._busy():
+                self._held.append(raw)
+                return
+            self._handle_held()
+            self._handle(raw, t0)
+
+    def _handle(self, raw: Any, t0: float | None) -> None:
+        """Decode one sample and hand it to the callback; count and log what fails."""
         t0 = time.perf_counter() if t0 is None else t0
         try:
             msg = self._decode(raw)

@@ -67,6 +67,9 @@ class Publisher(Protocol):
 
 
 class Subscription(Protocol):
+    #: the subscription's subscription.SampleIntake (every sample passes it; a node may ask it to hold samples)
+    intake: Any
+
     def matched(self) -> int: ...
 
     def close(self) -> None:

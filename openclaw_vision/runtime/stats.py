@@ -57,6 +57,8 @@ class Counters:
 MISSING_AT = 1.7
 #: gaps shorter than this many medians are taken for the period's mean (a loss's gap is left out)
 INLIER = 1.9
+#: gaps between two estimates of the period (a camera's period is steady; each estimate sorts the window)
+REESTIMATE = 4
 
 
 class StampGaps:
@@ -73,11 +75,11 @@ class StampGaps:
     The period is the median of the last `window` gaps: robust to the gaps of the losses themselves
     while fewer than half of the recent gaps hold one (a camera losing every other frame looks like
     one at half the rate), and the period is the mean of the window's gaps below 1.9 medians (jitter
-    cancels in it). A gap of `MISSING_AT` (1.7) periods or more counts k - 1, k its rounded length in
-    periods, so stamps jittered by ±20 % of a period count nothing; a single missing frame between
-    two stamps jittered more than ±15 % toward each other may go uncounted. The first gaps are held
-    until `warmup` of them are known, then judged with that period, so a loss just after start is
-    counted too. A stamp that does not move forward
+    cancels in it), estimated again every `REESTIMATE` (4) gaps. A gap of `MISSING_AT` (1.7) periods
+    or more counts k - 1, k its rounded length in periods, so stamps jittered by ±20 % of a period
+    count nothing; a single missing frame between two stamps jittered more than ±15 % toward each
+    other may go uncounted. The first gaps are held until `warmup` of them are known, then judged
+    with that period, so a loss just after start is counted too. A stamp that does not move forward
     (a bag played again, a restarted camera, a camera that leaves stamps at zero) or that jumps more
     than `max_gap` periods (a paused camera, another recording) starts the estimate over and counts
     nothing. Frames lost before the first that arrived, or after the last, cannot be seen here.
@@ -91,7 +93,8 @@ class StampGaps:
         self._gaps: deque[int] = deque(maxlen=window)
         self._pending: list[int] = []  # gaps seen before the period was known
         self._prev: int | None = None
-        self._period: float | None = None  # `period()` of the gaps as they are now; None: not computed yet
+        self._period: float | None = None  # `period()`, estimated at most REESTIMATE gaps ago; None: not yet
+        self._since = 0  # gaps added since the period was estimated
         self.missing = 0  # frames estimated missing between consecutive stamps
         self.resets = 0  # times the stamps went backwards or jumped, and the estimate started over
 
@@ -106,17 +109,22 @@ class StampGaps:
             self._restart()
             return 0
         self._gaps.append(gap)
+        if period:  # the common case, every frame: one comparison unless the gap is long
+            self._since += 1
+            if self._since >= REESTIMATE:
+                self._period = None
+            return self._count((gap,), period) if gap >= MISSING_AT * period else 0
+        self._pending.append(gap)
+        if len(self._gaps) < self.warmup:
+            return 0
         self._period = None
-        if not period:
-            self._pending.append(gap)
-            if len(self._gaps) < self.warmup:
-                return 0
-            period, gaps, self._pending = self.period(), self._pending, []
-        else:
-            gaps = [gap]
+        period, gaps, self._pending = self.period(), self._pending, []
         if any(g > self.max_gap * period for g in gaps):  # a jump among the first gaps: judge none of them
             self._restart()
             return 0
+        return self._count(gaps, period)
+
+    def _count(self, gaps: Iterable[int], period: float) -> int:
         n = sum(int(g / period + 0.5) - 1 for g in gaps if g >= MISSING_AT * period)  # half up: 2.5 periods count 2
         self.missing += n
         return n
@@ -124,10 +132,11 @@ class StampGaps:
     def period(self) -> float:
         """The camera's period in nanoseconds as estimated now; 0.0 until `warmup` gaps are known.
 
-        Plain Python on at most `window` ints, kept until the next gap: it runs for every frame a camera
-        delivers, dropped ones too, where NumPy's median and mean cost 20-36 us a frame (bench/dropcost.py)."""
+        Plain Python on at most `window` ints, estimated again every REESTIMATE gaps: `add` runs for every frame
+        a camera delivers, dropped ones too, where NumPy's median and mean cost 20-36 us a frame, and the
+        estimate in plain Python at every gap ~6 us warm and ~20 cold (bench/dropcost.py; issue 38)."""
         if self._period is None:
-            self._period = self._estimate()
+            self._period, self._since = self._estimate(), 0
         return self._period
 
     def _estimate(self) -> float:
@@ -174,8 +183,13 @@ class LatestSlots:
         with self._cond:
             displaced = key in self._items
             self._items[key] = item
-            self._cond.notify()
+            if not displaced:  # a slot was full: no taker waits (it waits only while every slot is empty)
+                self._cond.notify()
             return displaced
+
+    def holds(self, key) -> bool:
+        """Whether `key`'s slot holds an item the consumer has not taken (a read, no lock: a moment's view)."""
+        return key in self._items
 
     def take(self, limit: int = 1, timeout: float | None = None) -> list[tuple]:
         """[(key, item)] of up to `limit` cameras (round robin, see the class); [] on timeout or after close()."""
