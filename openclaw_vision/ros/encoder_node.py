@@ -186,8 +186,8 @@ class EncoderNode:
     def _resubscribe(self, cam: Camera) -> None:
         """A QoS change takes a new subscription (QoS is fixed at creation). Frames sent while
         neither exists are not received (nor counted): what any subscriber restart does."""
+        self.intake.stop_holding([cam])  # what the old subscription held is this camera's: counted before it goes
         cam.lost_before = cam.lost()
-        self.intake.release_held([cam])
         cam.images.close()
         cam.images = self._subscribe_images(cam)
 

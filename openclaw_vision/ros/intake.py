@@ -172,9 +172,15 @@ class Intake:
         key = cam.spec.topic
         cam.images.intake.hold_while(lambda: self.slots.holds(key), HELD_SAMPLES)
 
-    def release_held(self, cams: Iterable[Camera] | None = None) -> None:
-        """Handle the samples `cams'` subscriptions hold (default: every camera's), on this thread."""
+    def release_held(self) -> None:
+        """Handle the samples every camera's subscription holds, on this thread."""
+        for cam in self.cameras.values():
+            cam.images.intake.release_held()
+
+    def stop_holding(self, cams: Iterable[Camera] | None = None) -> None:
+        """`cams'` subscriptions (default: every camera's) hold nothing from now on; what they held is handled."""
         for cam in self.cameras.values() if cams is None else cams:
+            cam.images.intake.hold_while(lambda: False, 0)
             cam.images.intake.release_held()
 
     def take(self, limit: int = 1, timeout: float | None = None) -> list[tuple]:
@@ -211,7 +217,7 @@ class Intake:
     def close(self) -> None:
         """Frames after this are not the node's; a frame still in its slot (it waited for the worker when
         the node stopped) is dropped, and counted, and so is every sample held (handled first)."""
-        self.release_held()
+        self.stop_holding()
         with self._lock:
             self._accepting = False
         for key in self.slots.close():

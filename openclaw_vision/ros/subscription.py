@@ -21,13 +21,14 @@ thing from our `QoS`, and say in one place where they cannot.
 many a busy moment left there. Each sample still comes through this core and the node's checks: a
 frame is decoded by reading its ~60 bytes of fields (its pixels stay a view of the sample and are never
 touched before the worker takes the frame), checked, and only then may it displace its camera's newest
-frame. Not decoding the older samples of a take was tried (issue 38) and given up: a bad image among
+frame. Never decoding the older samples of a take was tried (issue 38) and given up: a bad image among
 them would be counted as a drop instead of rejected and logged, and a garbage frame arriving last would
-push out the valid one before it (the reliability fuzz and the multi-camera test caught both), to save
-~15 µs per frame (decode ~8, checks ~6: thread CPU time of a 1080p rgb8 sample in a loop; what the rest
-of a dropped frame costs is `bench/dropcost.py`'s table). Where the reader hands samples over one at
-a time (rclpy's executor: one take per callback, its two copies already made) every sample costs
-rclpy's take: its floor, beside our share.
+push out the valid one before it (the reliability fuzz and the multi-camera test caught both). What
+costs is not the ~15 µs those calls take warm in a loop but running them cold after each 6 MB sample
+(0.15-0.2 core-ms): so a subscriber may have samples held and decoded a little later, back to back
+(`SampleIntake`, "Holding"), every one still in order (`bench/dropcost.py`'s table says what a dropped
+frame costs). Where the reader hands samples over one at a time (rclpy's executor: one take per
+callback, its two copies already made) every sample costs rclpy's take: its floor, beside our share.
 """
 
 from __future__ import annotations
@@ -161,8 +162,10 @@ class SampleIntake:
         self._lock = threading.Lock()
 
     def hold_while(self, busy: Callable[[], bool], most: int) -> None:
-        """From now on, while `busy()`, keep up to `most` samples undecoded (class doc); 0: none."""
-        self._busy, self._most = (busy, most) if most > 0 else (None, 0)
+        """From now on, while `busy()`, keep up to `most` samples undecoded (class doc); 0: none. Once asked,
+        every sample passes the lock, so one held earlier and one arriving now are still handed on in order."""
+        with self._lock:
+            self._busy, self._most = busy, max(0, most)
 
     @property
     def held(self) -> int:
