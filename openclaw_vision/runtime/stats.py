@@ -133,8 +133,9 @@ class StampGaps:
         """The camera's period in nanoseconds as estimated now; 0.0 until `warmup` gaps are known.
 
         Plain Python on at most `window` ints, estimated again every REESTIMATE gaps: `add` runs for every frame
-        a camera delivers, dropped ones too, where NumPy's median and mean cost 20-36 us a frame, and the
-        estimate in plain Python at every gap ~6 us warm and ~20 cold (bench/dropcost.py; issue 38)."""
+        a camera delivers, dropped ones too, where NumPy's median and mean cost 20-36 us a frame, and this
+        estimate at every gap 3 us warm (a loop) and 24-36 us in the node, run cold after each 6 MB sample
+        (issue 38); `add` is 0.8 us warm now."""
         if self._period is None:
             self._period, self._since = self._estimate(), 0
         return self._period
