@@ -39,6 +39,7 @@ from openclaw_vision.preprocess.frame import Frame
 from openclaw_vision.preprocess.kernel_plan import encoding_code, plan_job
 from openclaw_vision.preprocess.sample_frames import cpu_reference, every_encoding, pack, pan_frames, with_pitch
 from openclaw_vision.preprocess.spec import PreprocessSpec
+from openclaw_vision.ros import cdr
 
 pytestmark = pytest.mark.gpu_static
 
@@ -697,17 +698,25 @@ def test_the_encoder_node_lets_a_gpu_encoder_preprocess_into_its_own_buffer(tiny
     node = EncoderNode(cfg, mock.MagicMock(), enc)
     frames = [Frame.from_rgb(f) for f in pan_frames(3, 640, 480)]
     frames[1] = Frame.from_rgb(cv2.resize(frames[1].pixels, (320, 200)))  # another size in the same batch
-    node._encode_batch([("/a/image_raw", (frames[0], "hdr-a", 0.0)), ("/b/image_raw", (frames[1], "hdr-b", 0.0))])
+
+    def header(frame_id: str, sec: int) -> cdr.Header:
+        return cdr.Header(cdr.Time(sec, 0), frame_id)
+
+    node._encode_batch([("/a/image_raw", (frames[0], header("a", 1), 0.0)),
+                        ("/b/image_raw", (frames[1], header("b", 2), 0.0))])  # fmt: skip
     assert "upload" not in dev.calls and "copy" not in dev.calls
-    published = [c.kwargs for c in node.transport.msg.return_value.call_args_list]
-    assert [p["header"] for p in published] == ["hdr-a", "hdr-b"] and all(p["dim"] == 32 for p in published)
+    made = [c.kwargs for c in node.transport.msg.return_value.call_args_list]  # Time, Header, VisualFeatures each
+    published = [m for m in made if "dim" in m]
+    assert [(m["frame_id"]) for m in made if "frame_id" in m] == ["a", "b"]  # each frame's header, in batch order
+    assert [m["sec"] for m in made if "sec" in m] == [1, 2]
+    assert len(published) == 2 and all(p["dim"] == 32 for p in published)
     assert {k: c["encoded"] for k, c in node.stats()["cameras"].items()} == {"/a/image_raw": 1, "/b/image_raw": 1}
     ref = OnnxRuntimeEncoder(tiny_model, threads=1).encode(np.stack([CpuPreprocessor()(f) for f in frames[:2]]))
     got = np.stack([node.transport.float_array.call_args_list[i].args[0] for i in range(2)])
     np.testing.assert_allclose(got, ref.vectors, atol=1e-5)
     # a smaller batch runs at its own size: one frame, rows [0, 1) only
     dev.calls.clear()
-    node._encode_batch([("/b/image_raw", (frames[2], "hdr-b2", 0.0))])
+    node._encode_batch([("/b/image_raw", (frames[2], header("b", 3), 0.0))])
     assert "upload" not in dev.calls and node.stats()["cameras"]["/b/image_raw"]["encoded"] == 2
 
 
