@@ -54,3 +54,30 @@ def test_fairness_and_memory_are_judged_on_every_multi_camera_trial():
     assert not share["met"] and "61%" in share["measured"] and "30 fps, publishers per-camera" in share["measured"]
     rss = next(g for g in judged if "RSS" in g["goal"])
     assert "700.0 vs 400.0" in rss["measured"] and not rss["met"]  # 700 / 400 > 1.3
+
+
+def test_players_started_one_after_another_play_from_one_moment(tmp_path):
+    """A trial's players (a process per camera) start about a second apart; each then waits for the bench's
+    `go` and begins at that moment plus its camera's share of a period, so the measured window holds every
+    camera's whole play (issue 38: the first camera's play ended 3 s before the window did, and its rate in
+    the window read 60 % of the last camera's, for a node that had encoded as many of its frames)."""
+    import threading
+    import time
+
+    outs = [tmp_path / f"player{k}.json" for k in range(2)]
+    began: dict[int, int] = {}
+
+    def player(k: int) -> None:
+        cameras.wait_for_go(outs[k], offset=k * 0.02)
+        began[k] = time.monotonic_ns()
+
+    waiting = [threading.Thread(target=player, args=(k,)) for k in range(2)]
+    for t in waiting:
+        t.start()
+    time.sleep(0.2)
+    assert began == {}  # no player plays before the start is given
+    cameras.go(outs, delay=0.05)
+    at = int(outs[0].with_suffix(".go").read_text())
+    for t in waiting:
+        t.join(10)
+    assert began[0] >= at and began[1] >= at + 20_000_000

@@ -69,6 +69,7 @@ def play(bag: Path, n: int, fps: float, seconds: float, compressed: bool, out: P
     messages = bags.read_messages(bag, source.msgtype, source.topic)
     frames = [m.raw for m, _ in zip(messages, range(PLAYER_FRAMES), strict=False)]
     t = CycloneTransport("camera_player")
+    offset = 0.0 if only is None else only / (n * fps)  # this camera's share of one period (below)
     mine = topics(n, compressed) if only is None else topics(n, compressed)[only : only + 1]
     pubs = [t.publisher(topic, COMPRESSED_IMAGE if compressed else IMAGE, QoS("best_effort", 1)) for topic, _ in mine]
     n = len(pubs)
@@ -79,6 +80,10 @@ def play(bag: Path, n: int, fps: float, seconds: float, compressed: bool, out: P
             return 1
         time.sleep(0.05)
     print("ready", flush=True)
+    # every player of a trial starts at the moment the bench gives (`go`), so the measured window holds
+    # every camera's whole play; a camera of its own process starts its grid at its share of one period,
+    # as free-running drivers' frames arrive spread over it
+    wait_for_go(out, offset)
     sent, stamps = [0] * n, [[] for _ in range(n)]
 
     def send(tick: int) -> None:  # every camera's frame of this tick
@@ -98,10 +103,40 @@ def play(bag: Path, n: int, fps: float, seconds: float, compressed: bool, out: P
     return 0
 
 
+def _go_file(out: Path) -> Path:
+    return out.with_suffix(".go")
+
+
+def wait_for_go(out: Path, offset: float = 0.0, timeout: float = 120.0) -> None:
+    """Sleep until the start the bench wrote for this player (`go`: a time on the monotonic clock, which
+    every process of the host shares), plus `offset` seconds."""
+    go, deadline = _go_file(out), time.monotonic() + timeout
+    while not go.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"player: no start time in {go} after {timeout:g} s")
+        time.sleep(0.002)
+    at = int(go.read_text()) / 1e9 + offset
+    time.sleep(max(0.0, at - time.monotonic()))
+
+
+def go(outs: list[Path], delay: float = 0.05) -> int:
+    """Start the ready players of `outs` together, `delay` seconds from now; the start as wall-clock ns
+    (the frames' stamps are on that clock). Written to a temporary name and renamed: a player never
+    reads half a number."""
+    now_wall, now_mono = time.time_ns(), time.monotonic_ns()
+    for out in outs:
+        tmp = _go_file(out).with_suffix(".go.tmp")
+        tmp.write_text(str(now_mono + int(delay * 1e9)))
+        tmp.replace(_go_file(out))
+    return now_wall + int(delay * 1e9)
+
+
 def start_player(bag: Path, n: int, fps: float, seconds: float, compressed: bool, out: Path,
-                 what: str, only: int | None = None) -> children.Child:  # fmt: skip
+                 what: str, only: int | None = None, start: bool = True) -> children.Child:  # fmt: skip
     """`play` in a process of its own, returned once it is publishing to matched subscribers (its
-    `ready` line); its counts and stamps go to `out`, its log beside it."""
+    `ready` line) and, with `start`, playing; without, it waits for `go`, which starts several players
+    at one moment. Its counts and stamps go to `out`, its log beside it."""
+    _go_file(out).unlink(missing_ok=True)  # a start left by an earlier trial in the same folder
     argv = children.python("-m", "openclaw_vision.bench.cameras", "play", str(bag), str(n), str(fps), str(seconds),
                            "compressed" if compressed else "raw", str(out),
                            *([] if only is None else [str(only)]))  # fmt: skip
@@ -109,6 +144,8 @@ def start_player(bag: Path, n: int, fps: float, seconds: float, compressed: bool
     if player.wait_for_line("ready", 150.0) != "ready":  # the player itself gives up after 120 s
         player.stop()
         raise BenchError(f"{what}: the player found no receiver ({player.how}): {player.log_text()[-1500:]}")
+    if start:
+        go([out], delay=0.0)
     return player
 
 
@@ -232,11 +269,14 @@ def _play(what: str, n: int, args, bag: Path, trial: Path, nodes: list, usage: _
     compressed = args.camera_transport == "compressed"
     outs = [trial / "player.json"] if publishers == "one" else [trial / f"player{k}.json" for k in range(n)]
     players = [stack.enter_context(start_player(bag, n, fps, args.warmup + args.seconds, compressed, out, what,
-                                                None if publishers == "one" else k))
+                                                None if publishers == "one" else k, start=False))
                for k, out in enumerate(outs)]  # fmt: skip
     pprocs = [psutil.Process(p.pid) for p in players]
-    t_start = time.time_ns()
-    time.sleep(args.warmup)
+    # together: a process starts in about a second here, and players started one after the other ended one
+    # after the other, so the first camera's play ended up to 3 s before the window did (its rate there
+    # read 60 % of the last camera's, in a node that had encoded as many of its frames)
+    t_start = go(outs)
+    time.sleep(max(0.0, (t_start - time.time_ns()) / 1e9) + args.warmup)
     window0, p_cpu0 = time.time_ns(), sum(sum(p.cpu_times()[:2]) for p in pprocs)
     usage.begin()
     time.sleep(args.seconds)
