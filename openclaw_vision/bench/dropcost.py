@@ -175,8 +175,8 @@ def receive(transport: str, path: str, topics: Sequence[str], seconds: float, wa
     clock = IntakeClock()
     t = create_transport(transport, "dropcost_receiver", [])
     enc = PausedEncoder()
-    heap = {"frame_heap_mb": HEAP_MB} if path.endswith(HEAP) else {}
-    node = EncoderNode(EncoderConfig(image_topics=tuple(topics), diagnostics_period=3600.0, **heap), t, enc)
+    heap = HEAP_MB if path.endswith(HEAP) else 0  # set either way: the node's default depends on the transport
+    node = EncoderNode(EncoderConfig(image_topics=tuple(topics), diagnostics_period=3600.0, frame_heap_mb=heap), t, enc)
     try:
         node.start()
         print("ready", flush=True)

@@ -7,10 +7,11 @@ free at the top. Either way, a node that receives more frames than it encodes ke
 munmap or trim when a camera's newer frame replaces the one it held (in our intake), and the page faults and
 zeroing when the next frame's block is allocated (in the transport's receive). `keep_freed_frames` makes frame
 buffers heap blocks for good and lets the heap keep some freed megabytes for the next frames. The encoder
-node does so only when asked (`frame_heap_mb`, off by default). Under rclpy it halves our share of a dropped
-frame, and a 4-camera node encoded more frames with it in five of six paired trials (no difference on the pip
-path); but with it as the default, a 4-camera node's resident memory peaked at 1.35x one one-camera node's in
-a bench trial, over the 1.3x the project holds to (issue 38: docs/cameras-and-capacity.md has the figures).
+node does so under rclpy (`frame_heap_mb` -1, its default: 64 there, ros/encoder_node.py
+FRAME_HEAP_MB_BY_TRANSPORT), where it halves our share of a dropped frame and a 4-camera node encoded more
+frames with it in seven of eight paired trials. On the pip path it changed nothing but memory (a 4-camera
+node's resident memory peaked at 1.35x one one-camera node's in a bench trial, over the project's 1.3x), so
+there it is off (issue 38: docs/cameras-and-capacity.md has the figures).
 
 Both are process-wide, and a no-op where the C library is not glibc.
 """
