@@ -68,3 +68,51 @@ def test_the_encoder_node_keeps_freed_frames_by_default_under_rclpy_only():
     default = EncoderConfig().frame_heap_mb
     assert (frame_heap_mb(default, "rclpy"), frame_heap_mb(default, "cyclonedds")) == (64, 0)
     assert (frame_heap_mb(0, "rclpy"), frame_heap_mb(16, "cyclonedds")) == (0, 16)
+
+
+ARENAS_CHILD = r"""
+import ctypes, sys, threading
+from openclaw_vision.core import heap
+
+took = heap.share_arenas(1) if sys.argv[1] == "share" else None
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+kept = []
+
+def receive():  # a thread that allocates frame-sized blocks, as a transport's receive thread does
+    kept.extend(libc.malloc(1920 * 1080 * 3) for _ in range(2))
+
+threads = [threading.Thread(target=receive) for _ in range(4)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(took, flush=True)
+libc.malloc_stats()  # one "Arena N:" block per arena, on stderr
+"""
+
+
+@pytest.mark.parametrize("share", [True, False], ids=["shared", "glibc"])
+def test_threads_started_after_share_arenas_allocate_from_the_arenas_that_exist(share):
+    """The encoder node's main calls share_arenas(1) before its threads start, so the frames Cyclone's receive
+    thread or rclpy's take allocate and our intake frees go back to one arena; left to glibc, each new thread
+    makes an arena of its own (issue 38: a 4-camera node under rclpy peaked 60-90 MB higher that way)."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    res = subprocess.run([sys.executable, "-c", ARENAS_CHILD, "share" if share else "glibc"], capture_output=True,
+                         text=True, timeout=60, env=env)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    arenas = res.stderr.count("Arena ")
+    if share:
+        assert res.stdout.strip() == "True" and arenas == 1, res.stderr
+    else:
+        assert arenas > 1, res.stderr
+
+
+def test_a_malloc_arena_max_the_user_set_stands(monkeypatch):
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
+    from openclaw_vision.core import heap
+
+    assert heap.share_arenas(1) is False

@@ -164,9 +164,11 @@ def _window(a: dict, b: dict) -> dict[str, Any]:
 def receive(transport: str, path: str, topics: Sequence[str], seconds: float, warmup: float, out: Path) -> int:
     """The receiver (its own process): the node with a paused encoder; after the first frame and `warmup`
     seconds, one window of `seconds`; the figures to `out` (JSON)."""
-    from ..ros.encoder_node import EncoderNode
+    from ..ros.encoder_node import EncoderNode, share_malloc_arenas
     from ..ros.transport import create_transport
     from ..runtime.config import EncoderConfig
+
+    share_malloc_arenas()  # as the node's main does, before any thread starts
 
     if transport == "cyclonedds":  # rclpy takes one per callback whatever we ask (and may lack cyclonedds)
         from ..ros import cyclone

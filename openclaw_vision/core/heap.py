@@ -21,11 +21,12 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
+import os
 
 log = logging.getLogger(__name__)
 
 #: mallopt's parameter numbers (glibc malloc.h)
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_ARENA_MAX = -1, -3, -8
 #: blocks below this come from the heap: a 4K rgb8 frame (25 MB) still does. 32 MB is glibc's own ceiling for
 #: the threshold it adjusts itself (DEFAULT_MMAP_THRESHOLD_MAX on 64-bit), so every glibc accepts it
 FRAME_BLOCKS_BELOW = 32 << 20
@@ -67,3 +68,18 @@ def keep_freed_frames(megabytes: int) -> bool:
     if not ok:
         log.warning("frame_heap_mb=%d: glibc refused the setting, malloc left at its defaults", megabytes)
     return ok
+
+
+def share_arenas(most: int) -> bool:
+    """No new malloc arenas once `most` exist (glibc's M_ARENA_MAX); True when glibc took the setting. A no-op
+    where MALLOC_ARENA_MAX is set (the user's choice stands) or the C library is not glibc.
+
+    glibc gives a thread that finds the arenas busy an arena of its own, up to 8 per core, and each keeps the
+    blocks freed into it for itself. A frame is allocated on one thread (the transport's receive, rclpy's
+    take) and freed on another (our intake, the worker), so with several arenas each can hold freed frames
+    apart from the others. The limit counts only arenas made after it: call this first in a process's main,
+    while it has (almost) no threads, and threads started later share the arenas that exist."""
+    if "MALLOC_ARENA_MAX" in os.environ:
+        return False
+    libc = _libc()
+    return bool(libc.mallopt(M_ARENA_MAX, most)) if libc is not None else False

@@ -261,6 +261,19 @@ def frame_heap_mb(asked: int, transport: str) -> int:
     return asked if asked >= 0 else FRAME_HEAP_MB_BY_TRANSPORT.get(transport, 0)
 
 
+#: malloc arenas in the encoder node's process (issue 38). Measured under rclpy (the shared Humble, ONNX Runtime
+#: INT8, raw 1080p at 30 fps per camera, frame_heap_mb 64, two rounds in alternating order): with glibc's own
+#: limit a 4-camera node peaked at 518-550 MB and a 1-camera node at 384, with one arena at 455-460 and 350
+#: (the ratio 1.43x -> 1.31x), and the 4-camera node encoded 33.5 and 34.6 frames/s against 33.8 and 31.8.
+MALLOC_ARENAS = 1
+
+
+def share_malloc_arenas() -> None:
+    """The encoder node's process shares MALLOC_ARENAS malloc arenas (core/heap.py `share_arenas` says why);
+    first thing in its main, before the transport and the runtime start their threads."""
+    heap.share_arenas(MALLOC_ARENAS)
+
+
 def overlaps(pipeline: FramePipeline) -> bool:
     """Whether the node prepares batch k+1 while batch k encodes: when two batches may be in flight
     (`FramePipeline.concurrent`: not a GPU preprocessor writing the encoder's input) and the encode
@@ -296,6 +309,7 @@ def encoder_options(cfg: cfgmod.EncoderConfig) -> EncoderOptions:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    share_malloc_arenas()
     return node_main(argv, "openclaw-vision encoder", NODE_NAME, cfgmod.EncoderConfig, "encoder.yaml",
                      (*COUNTS, *UNSEEN), _build, (EncoderError, cfgmod.ConfigError, ValueError), log)  # fmt: skip
 
