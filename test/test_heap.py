@@ -58,18 +58,6 @@ def test_zero_leaves_glibc_its_own_thresholds():
     assert out["mapped"][0] is True  # glibc maps the first frame-sized block; it adapts after that
 
 
-def test_the_encoder_node_keeps_freed_frames_by_default_under_rclpy_only():
-    """`frame_heap_mb` -1 (the default) is the transport's value: 64 MB kept under rclpy, where it halved our
-    share of a dropped frame; glibc's own thresholds on the pip path, where it changed nothing but memory. A
-    value the user sets is used as it is on either."""
-    from openclaw_vision.ros.encoder_node import frame_heap_mb
-    from openclaw_vision.runtime.config import EncoderConfig
-
-    default = EncoderConfig().frame_heap_mb
-    assert (frame_heap_mb(default, "rclpy"), frame_heap_mb(default, "cyclonedds")) == (64, 0)
-    assert (frame_heap_mb(0, "rclpy"), frame_heap_mb(16, "cyclonedds")) == (0, 16)
-
-
 ARENAS_CHILD = r"""
 import ctypes, sys, threading
 from openclaw_vision.core import heap

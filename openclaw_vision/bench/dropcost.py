@@ -22,9 +22,9 @@ Two take paths on Cyclone, side by side in one run: `all` (the node's: one wake-
 `dds_takecdr` for everything the reader holds) and `one` (a take per sample: the path before issue 38,
 cyclone.TAKE_AT_MOST = 1). Every sample goes through the node's whole intake either way (decoded,
 checked, counted: subscription.py says why the older ones are not skipped). Full runs add `all+heap`: the
-node keeping freed frame buffers in malloc's heap (`frame_heap_mb`, core/heap.py), where by default (glibc's
-own thresholds) a camera's replaced frame can go back to the kernel inside our intake and the next one's
-pages are faulted in again in the transport's receive. Each
+node keeping freed frame buffers in malloc's heap (`frame_heap_mb` 64, the node's default, core/heap.py; the
+other paths set 0), where without it (glibc's own thresholds) a camera's replaced frame can go back to the
+kernel inside our intake and the next one's pages are faulted in again in the transport's receive. Each
 beside nothing (`idle`) and beside one busy process per core (`hogs`: the encode and the camera drivers
 a robot runs, where the take thread falls behind and the reader fills). rclpy hands every sample over
 one at a time (its executor: one take per callback), so it has one path, `one`; it is measured where rclpy imports (a
@@ -177,7 +177,7 @@ def receive(transport: str, path: str, topics: Sequence[str], seconds: float, wa
     clock = IntakeClock()
     t = create_transport(transport, "dropcost_receiver", [])
     enc = PausedEncoder()
-    heap = HEAP_MB if path.endswith(HEAP) else 0  # set either way: the node's default depends on the transport
+    heap = HEAP_MB if path.endswith(HEAP) else 0  # set either way: the node's default keeps them too
     node = EncoderNode(EncoderConfig(image_topics=tuple(topics), diagnostics_period=3600.0, frame_heap_mb=heap), t, enc)
     try:
         node.start()

@@ -1,4 +1,4 @@
-"""glibc malloc, where the package tells it what to do: hand freed memory back, or keep frame buffers.
+"""glibc malloc, where the package tells it what to do: hand freed memory back, keep frame buffers, share arenas.
 
 A 1080p rgb8 frame is a 6 MB block: Cyclone's receive thread allocates one per sample it reassembles, and under
 rclpy each sample becomes a 6 MB Python `bytes`. By default glibc serves blocks that large from fresh mappings
@@ -7,13 +7,13 @@ free at the top. Either way, a node that receives more frames than it encodes ke
 munmap or trim when a camera's newer frame replaces the one it held (in our intake), and the page faults and
 zeroing when the next frame's block is allocated (in the transport's receive). `keep_freed_frames` makes frame
 buffers heap blocks for good and lets the heap keep some freed megabytes for the next frames. The encoder
-node does so under rclpy (`frame_heap_mb` -1, its default: 64 there, ros/encoder_node.py
-FRAME_HEAP_MB_BY_TRANSPORT), where it halves our share of a dropped frame and a 4-camera node encoded more
-frames with it in seven of eight paired trials. On the pip path it changed nothing but memory (a 4-camera
-node's resident memory peaked at 1.35x one one-camera node's in a bench trial, over the project's 1.3x), so
-there it is off (issue 38: docs/cameras-and-capacity.md has the figures).
+node does so by default (`frame_heap_mb` 64): under rclpy it halved our share of a dropped frame and a
+4-camera node encoded more frames with it in seven of eight paired trials. Once the node's process shared one
+arena (`share_arenas`) it also lowered our share on the pip path and cost no memory there; with an arena per
+thread each arena kept its own freed megabytes, and a 4-camera node's resident memory peaked at 1.35x one
+one-camera node's (issue 38: docs/cameras-and-capacity.md has the figures).
 
-Both are process-wide, and a no-op where the C library is not glibc.
+All three are process-wide, and a no-op where the C library is not glibc.
 """
 
 from __future__ import annotations

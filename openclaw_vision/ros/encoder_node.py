@@ -206,9 +206,9 @@ class EncoderNode:
     # lifecycle --------------------------------------------------------------------------
     def start(self) -> EncoderNode:
         dds_config.check_receive_buffer()  # one warning line with the fix: frames lost there are never reported
-        heap_mb = frame_heap_mb(self.cfg.frame_heap_mb, self.transport.name)
-        if heap.keep_freed_frames(heap_mb):
-            log.info("frame buffers: heap blocks, up to %d MB of freed ones kept (frame_heap_mb)", heap_mb)
+        if heap.keep_freed_frames(self.cfg.frame_heap_mb):
+            log.info("frame buffers: heap blocks, up to %d MB of freed ones kept (frame_heap_mb)",
+                     self.cfg.frame_heap_mb)  # fmt: skip
         self.scheduler.start()  # the worker stages, at scheduler.WORKER_NICE
         self._reporter.start()
         for cam in self.cameras.values():
@@ -246,25 +246,12 @@ class EncoderNode:
         getattr(self.encoder, "close", lambda: None)()  # e.g. triton's shared-memory region
 
 
-#: `frame_heap_mb` -1's value per transport (issue 38; docs/cameras-and-capacity.md has the trials). Under rclpy
-#: each sample becomes a 6 MB Python `bytes` on the executor's thread, and the frame it replaces is freed in our
-#: intake: keeping freed frames halved our share of a dropped frame (0.09-0.11 core-ms) and a 4-camera node
-#: encoded more in seven of eight paired trials; its resident memory peaked 10-30 MB higher (525-528 against
-#: 498-515 MB), a one-camera node's by as much or less (359-393 against 349-374), so the 4-to-1 ratio did not
-#: move. On the pip path Cyclone allocates the frame and our take only releases a view of it: no difference
-#: there in frames or share, so nothing is kept.
-FRAME_HEAP_MB_BY_TRANSPORT = {"rclpy": 64, "cyclonedds": 0}
-
-
-def frame_heap_mb(asked: int, transport: str) -> int:
-    """What `frame_heap_mb` means on `transport`: `asked` when set (>= 0), else the transport's value."""
-    return asked if asked >= 0 else FRAME_HEAP_MB_BY_TRANSPORT.get(transport, 0)
-
-
 #: malloc arenas in the encoder node's process (issue 38). Measured under rclpy (the shared Humble, ONNX Runtime
 #: INT8, raw 1080p at 30 fps per camera, frame_heap_mb 64, two rounds in alternating order): with glibc's own
 #: limit a 4-camera node peaked at 518-550 MB and a 1-camera node at 384, with one arena at 455-460 and 350
 #: (the ratio 1.43x -> 1.31x), and the 4-camera node encoded 33.5 and 34.6 frames/s against 33.8 and 31.8.
+#: With one arena, keeping freed frames (frame_heap_mb) no longer costs memory on the pip path either
+#: (docs/cameras-and-capacity.md).
 MALLOC_ARENAS = 1
 
 

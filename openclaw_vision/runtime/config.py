@@ -215,9 +215,8 @@ class EncoderConfig(NodeConfig):
     depth: int = param(32, "image subscription history depth (re-subscribes when changed)", minimum=1, runtime=True)
     # issue 38: core/heap.py says why, docs/cameras-and-capacity.md what it saved and cost
     frame_heap_mb: int = param(
-        -1, "MB of freed frame buffers malloc keeps for the next frames (glibc; 0: its own adaptive thresholds; "
-        "-1: by transport, 64 under rclpy and 0 on the pip path)",
-        minimum=-1,
+        64, "MB of freed frame buffers malloc keeps for the next frames (glibc; 0: its own adaptive thresholds)",
+        minimum=0,
     )  # fmt: skip
     diagnostics_period: float = param(1.0, "seconds between /diagnostics messages", **PERIOD)
     log_throttle_period: float = param(2.0, "seconds between log lines about one repeated problem", **PERIOD)

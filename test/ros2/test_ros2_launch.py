@@ -75,8 +75,8 @@ def test_launch_all_nodes_with_arguments_then_stop(ros2, my_configs, sig):
         assert param(ros2, "vlm_node", "max_new_tokens") == "Integer value is: 5"
         assert param(ros2, "encoder_node", "precision") == "String value is: fp32"  # my.yaml, no argument
         assert param(ros2, "encoder_node", "threads") == "Integer value is: 1"
-        # frame_heap_mb's default (-1) means the transport's choice: under rclpy freed frames are kept (issue 38)
-        assert param(ros2, "encoder_node", "frame_heap_mb") == "Integer value is: -1"
+        # the shipped default keeps freed frames for the next ones under rclpy too (issue 38)
+        assert param(ros2, "encoder_node", "frame_heap_mb") == "Integer value is: 64"
         assert "up to 64 MB of freed ones kept (frame_heap_mb)" in out, out[-3000:]
         assert param(ros2, "labels_node", "text_model_path").endswith("tiny.text.fp32.onnx")
     pids = {node: int(re.search(rf"\[{node}-\d+\]: process started with pid \[(\d+)\]", out)[1]) for node in FILES}
