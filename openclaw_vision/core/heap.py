@@ -74,10 +74,10 @@ def share_arenas(most: int) -> bool:
     """No new malloc arenas once `most` exist (glibc's M_ARENA_MAX); True when glibc took the setting. A no-op
     where MALLOC_ARENA_MAX is set (the user's choice stands) or the C library is not glibc.
 
-    glibc gives a thread that finds the arenas busy an arena of its own, up to 8 per core, and each keeps the
-    blocks freed into it for itself. A frame is allocated on one thread (the transport's receive, rclpy's
-    take) and freed on another (our intake, the worker), so with several arenas each can hold freed frames
-    apart from the others. The limit counts only arenas made after it: call this first in a process's main,
+    glibc gives each thread an arena of its own at its first malloc while there are fewer than 8 per core, and
+    each arena keeps the blocks freed into it for itself. A frame is allocated on one thread (the transport's
+    receive, rclpy's take) and freed on another (our intake, the worker), so with several arenas each can hold
+    freed frames apart from the others. The limit counts only arenas made after it: call this first in a process's main,
     while it has (almost) no threads, and threads started later share the arenas that exist."""
     if "MALLOC_ARENA_MAX" in os.environ:
         return False
