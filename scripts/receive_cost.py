@@ -7,7 +7,7 @@ real Humble (issue 27 item 4). A measurement, not a test: it prints numbers and 
 `--drop`: what a *dropped* frame costs instead (bench/dropcost.py's trial: the encoder node with its
 encoder paused, four 1080p cameras at --fps), on the pip path (a take per sample, and all per take) and under
 rclpy on the real Humble, each idle and beside one CPU hog per core: the transport's floor beside our share;
-`+heap`: the node keeping freed frame buffers in malloc's heap (frame_heap_mb dropcost.HEAP_MB; dropcost.HEAP).
+`+glibc`: the node with glibc's own malloc thresholds (frame_heap_mb 0) in place of its default (dropcost.GLIBC).
 
 For each transport, ros/echo.py (the encoder node's subscription, QoS and frame validation, a header
 sent back per frame, no encode) receives one camera of raw rgb8 1080p frames from the capacity bench's
@@ -98,8 +98,8 @@ def drop_cost(args, ros2, bag: Path) -> int:
 
     robot = [str(ros2.venv / "bin" / "python")]
     setups = {("cyclonedds", "one"): (None, None), ("cyclonedds", "all"): (None, None),
-              ("cyclonedds", "all" + dropcost.HEAP): (None, None), ("rclpy", "one"): (robot, ros2.environ()),
-              ("rclpy", "one" + dropcost.HEAP): (robot, ros2.environ())}  # fmt: skip
+              ("cyclonedds", "all" + dropcost.GLIBC): (None, None), ("rclpy", "one"): (robot, ros2.environ()),
+              ("rclpy", "one" + dropcost.GLIBC): (robot, ros2.environ())}  # fmt: skip
     cwd = {"rclpy": args.work}  # outside the checkout: the colcon install's package (its messages) is imported
     rows = []
     for r in range(args.rounds):

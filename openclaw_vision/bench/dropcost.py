@@ -21,9 +21,9 @@ thread over a measured window and divided by the frames the node received in it:
 Two take paths on Cyclone, side by side in one run: `all` (the node's: one wake-up and one
 `dds_takecdr` for everything the reader holds) and `one` (a take per sample: the path before issue 38,
 cyclone.TAKE_AT_MOST = 1). Every sample goes through the node's whole intake either way (decoded,
-checked, counted: subscription.py says why the older ones are not skipped). Full runs add `all+heap`: the
-node keeping freed frame buffers in malloc's heap (`frame_heap_mb` 64, the node's default, core/heap.py; the
-other paths set 0), where without it (glibc's own thresholds) a camera's replaced frame can go back to the
+checked, counted: subscription.py says why the older ones are not skipped). Every path runs the node's own
+malloc settings (one arena, freed frame buffers kept in the heap: core/heap.py); full runs add `all+glibc`,
+the node with glibc's own thresholds (`frame_heap_mb` 0), where a camera's replaced frame can go back to the
 kernel inside our intake and the next one's pages are faulted in again in the transport's receive. Each
 beside nothing (`idle`) and beside one busy process per core (`hogs`: the encode and the camera drivers
 a robot runs, where the take thread falls behind and the reader fills). rclpy hands every sample over
@@ -54,9 +54,9 @@ from ..runtime import bags, threads
 
 #: the take paths compared: a take per sample (before issue 38), all the reader holds per take (now)
 PATHS = ("one", "all")
-#: a path's suffix for the node keeping freed frame buffers in malloc's heap (frame_heap_mb HEAP_MB, core/heap.py)
-#: in place of its default, glibc's own thresholds: measured beside the default in full runs
-HEAP, HEAP_MB = "+heap", 64
+#: a path's suffix for the node with glibc's own malloc thresholds (frame_heap_mb 0) in place of its default, which
+#: keeps freed frame buffers in the heap (core/heap.py): measured beside the default in full runs
+GLIBC = "+glibc"
 LOADS = ("idle", "hogs")
 #: (cameras, fps per camera, measured seconds, warm-up seconds) of a full run and of --quick
 SETUP = {False: (4, 30.0, 8.0, 2.0), True: (1, 30.0, 2.0, 1.0)}
@@ -177,8 +177,8 @@ def receive(transport: str, path: str, topics: Sequence[str], seconds: float, wa
     clock = IntakeClock()
     t = create_transport(transport, "dropcost_receiver", [])
     enc = PausedEncoder()
-    heap = HEAP_MB if path.endswith(HEAP) else 0  # set either way: the node's default keeps them too
-    node = EncoderNode(EncoderConfig(image_topics=tuple(topics), diagnostics_period=3600.0, frame_heap_mb=heap), t, enc)
+    heap = {"frame_heap_mb": 0} if path.endswith(GLIBC) else {}  # else the node's default
+    node = EncoderNode(EncoderConfig(image_topics=tuple(topics), diagnostics_period=3600.0, **heap), t, enc)
     try:
         node.start()
         print("ready", flush=True)
@@ -252,7 +252,7 @@ def run_dropcost(quick: bool, work: Path, rounds: int | None = None) -> dict[str
         bags.write_sample_bag(bag, frames=PLAYER_FRAMES, fps=fps)
     setups = [("cyclonedds", p) for p in PATHS] + ([("rclpy", "one")] if rclpy_available() else [])
     if not quick:
-        setups.append(("cyclonedds", "all" + HEAP))
+        setups.append(("cyclonedds", "all" + GLIBC))
     loads = LOADS[:1] if quick else LOADS
     rows = []
     for r in range(rounds or (1 if quick else 2)):
