@@ -667,7 +667,8 @@ def test_the_runtime_pool_made_while_the_model_loads_waits_for_the_cpu_like_the_
         return os.getpriority(os.PRIO_PROCESS, tid)
 
     before = {tid: nice(tid) for tid in task_ids()}
-    cfg = EncoderConfig(image_topics=(FRONT, LEFT), model_path=str(tiny_model), backend="onnxruntime", threads=2)
+    cfg = EncoderConfig(image_topics=(FRONT, LEFT), model_path=str(tiny_model), backend="onnxruntime", threads=2,
+                        encode_lanes=1)  # fmt: skip
     node = encoder_node._build(cfg, mock.MagicMock())
     try:
         started = task_ids() - set(before)
@@ -677,3 +678,34 @@ def test_the_runtime_pool_made_while_the_model_loads_waits_for_the_cpu_like_the_
         assert all(nice(tid) == n for tid, n in before.items() if tid in task_ids())
     finally:
         node.pipeline.close()
+
+
+def test_the_node_encodes_one_batch_per_core_at_once_on_onnx_runtime_and_one_for_a_lone_camera(tiny_model):
+    """`encode_lanes` 0: a node of four cameras on two cores encodes two batches at once (two lanes of up to two
+    cameras each), and ONNX Runtime gives each call one of the two threads; one camera keeps one lane on both
+    threads (a second lane would never run: a camera is in one batch at a time); OpenVINO answers one call at a
+    time, so the node runs one lane there whatever it asked."""
+    import os
+    from unittest import mock
+
+    from openclaw_vision.encoders import openvino
+    from openclaw_vision.ros import encoder_node
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one core: one lane")
+    cams = (FRONT, LEFT, "/rear/image_raw", "/top/image_raw")
+
+    def built(backend: str, topics: tuple, **kw) -> tuple[int, int, int, int]:
+        cfg = EncoderConfig(image_topics=topics, model_path=str(tiny_model), backend=backend, threads=2, **kw)
+        node = encoder_node._build(cfg, mock.MagicMock())
+        try:
+            threads = getattr(node.encoder, "threads", 0)
+            return node.lanes, len(node.scheduler.threads), node.scheduler.max_batch, threads
+        finally:
+            node.pipeline.close()
+
+    assert built("onnxruntime", cams) == (2, 2, 2, 1)
+    assert built("onnxruntime", (FRONT,)) == (1, 1, 8, 2)
+    assert built("onnxruntime", cams, encode_lanes=1) == (1, 1, 8, 2)
+    if openvino.usable()[0]:
+        assert built("openvino", cams)[:3] == (1, 1, 8)

@@ -84,11 +84,11 @@ class FakeStages:
 class Rig:
     """A scheduler over three cameras' slots and a FakeStages, under its own threads.Supervisor."""
 
-    def __init__(self, overlap: bool, stages: FakeStages, max_batch: int = 3) -> None:
+    def __init__(self, overlap: bool, stages: FakeStages, max_batch: int = 3, lanes: int = 1) -> None:
         self.stages, self.slots = stages, LatestSlots(CAMERAS)
         self.supervisor = threads.Supervisor(threading.Event(), logging.getLogger("test_scheduler"))
         self.scheduler = BatchScheduler(self.slots, max_batch, stages.prepare, stages.encode, stages.failed,
-                                        self.supervisor, overlap)  # fmt: skip
+                                        self.supervisor, overlap, lanes)  # fmt: skip
 
     def put(self, frame: str) -> bool:
         """Camera frame[0]'s newest frame; True when it displaced one the scheduler never took."""
@@ -102,8 +102,8 @@ class Rig:
 def rig():
     made: list[Rig] = []
 
-    def make(overlap: bool, stages: FakeStages | None = None) -> Rig:
-        r = Rig(overlap, stages or FakeStages())
+    def make(overlap: bool, stages: FakeStages | None = None, max_batch: int = 3, lanes: int = 1) -> Rig:
+        r = Rig(overlap, stages or FakeStages(), max_batch, lanes)
         made.append(r)
         r.scheduler.start()
         return r
@@ -228,3 +228,45 @@ def test_a_batch_handed_to_an_encode_thread_that_failed_is_left_to_the_caller_at
     r.wait_for("prepare", ["b1"])
     assert r.scheduler.stop(30) == []
     assert [w.frames for w in r.scheduler.unfinished()] == [["b1"]] and r.stages.seen("encoded") == []
+
+
+def test_lanes_encode_batches_at_once_and_a_camera_is_in_one_batch_at_a_time(rig):
+    """Two lanes: camera a's batch and camera b's encode at the same time; a's next frame waits in its slot
+    while a1 encodes (camera c's frame is taken before it), and goes out after a1: a camera's features
+    keep its frames' order."""
+    r = rig(overlap=False, max_batch=1, lanes=2)
+    r.stages.gates.update(a1=threading.Event(), b1=threading.Event())
+    r.put("a1")
+    r.wait_for("encode", ["a1"])
+    r.put("b1")
+    r.wait_for("encode", ["b1"])  # both in flight: neither gate is open
+    assert r.stages.seen("encoded") == []
+    assert not r.put("a2")
+    r.stages.gates["b1"].set()
+    r.wait_for("encoded", ["b1"])
+    threading.Event().wait(NOT_HAPPENING_S)  # the free lane must leave a2 alone while a1 encodes
+    assert ["a2"] not in r.stages.seen("prepare")
+    r.put("c1")
+    r.wait_for("encoded", ["c1"])
+    assert ["a2"] not in r.stages.seen("prepare")
+    r.stages.gates["a1"].set()
+    r.wait_for("encoded", ["a2"])
+    assert r.stages.index("encoded", ["a1"]) < r.stages.index("prepare", ["a2"])
+    assert r.scheduler.stop(30) == [] and not any(t.is_alive() for t in r.scheduler.threads)
+
+
+def test_a_lane_whose_encode_fails_gives_its_cameras_back(rig):
+    """A failed batch on one of two lanes is handed back for counting, and its camera's next frame is
+    still encoded (the lane gave the camera back though its batch failed)."""
+    stages = FakeStages()
+    stages.faults.add("a1")
+    r = rig(overlap=False, stages=stages, max_batch=1, lanes=2)
+    r.put("a1")
+    r.wait_for("failed", ["a1", "injected fault in ['a1']"])
+    r.put("a2")
+    r.wait_for("encoded", ["a2"])
+
+
+def test_lanes_are_refused_with_the_overlap():
+    with pytest.raises(ValueError, match="lanes"):
+        Rig(overlap=True, stages=FakeStages(), lanes=2)

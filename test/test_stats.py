@@ -61,6 +61,53 @@ def test_cross_camera_takes_are_round_robin_and_lose_nothing(ops, limit):
     assert len(taken) + displaced == n
 
 
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["put", "take", "back"]), st.sampled_from("abc"), st.integers(0, 1)), max_size=80
+    )
+)
+def test_lent_cameras_are_in_one_batch_at_a_time_and_keep_their_order(ops):
+    """Two takers that lend (the node's lanes), under any interleaving of arrivals, takes and give-backs: a
+    take never serves a camera another taker holds, each camera's frames come out oldest first, and every
+    frame is taken or displaced."""
+    keys = list("abc")
+    slots, n, displaced, out = LatestSlots(keys), 0, 0, {k: [] for k in keys}
+    held: list[set] = [set(), set()]  # the cameras each taker holds
+    for op, key, taker in ops:
+        if op == "put":
+            n += 1
+            displaced += slots.put(key, n)
+        elif op == "take":
+            batch = slots.take(2, timeout=0, lend=True)
+            got = {k for k, _ in batch}
+            assert not got & held[1 - taker] and not got & held[taker]
+            held[taker] |= got
+            for k, item in batch:
+                out[k].append(item)
+        else:
+            slots.give_back(held[taker])
+            held[taker] = set()
+    slots.give_back(held[0] | held[1])
+    for batch in iter(lambda: slots.take(2, timeout=0, lend=True), []):
+        for k, item in batch:
+            out[k].append(item)
+    assert all(items == sorted(items) for items in out.values())
+    assert sum(map(len, out.values())) + displaced == n
+
+
+def test_a_taker_waiting_for_a_lent_camera_wakes_when_it_is_given_back():
+    slots, got = LatestSlots(["a"]), []
+    slots.put("a", 1)
+    assert slots.take(1, timeout=0, lend=True) == [("a", 1)]
+    slots.put("a", 2)
+    assert slots.take(1, timeout=0, lend=True) == []  # lent: its new frame waits
+    t = threading.Thread(target=lambda: got.append(slots.take(1, timeout=30, lend=True)))
+    t.start()
+    slots.give_back(["a"])
+    t.join()
+    assert got == [[("a", 2)]]
+
+
 def test_percentiles_and_counters():
     p = percentiles(range(1, 101))
     assert (p["p50"], p["n"]) == (50.5, 100) and 99 < p["p99"] <= 100

@@ -1,12 +1,14 @@
 """`python -m openclaw_vision.bench.schedule`: how many threads one multi-camera node gives its runtime and its
-prepare pool, measured on this CPU (issue 38, item 3).
+prepare pool, and how many batches it encodes at once, measured on this CPU (issue 38, items 3 and 4).
 
 One node with 4 cameras at 30 fps each, 1080p from one publisher process (bench/cameras.py's own trial,
-`run_setup`), once per thread layout and per image transport, the layouts in reversed order every other round:
+`run_setup`), once per layout and per image transport, the layouts in reversed order every other round:
 
-- `default`: what the node picks at start (`threads` 0 and `prep_threads` 0: the runtime gets one thread per
-  usable core, core/cpu.py `usable_cores`; the prepare pool min(max_batch, those cores));
-- one runtime thread and one preparing thread, one and all cores, all cores and one.
+- `default`: what the node picks at start (`threads` 0, `prep_threads` 0 and `encode_lanes` 0: the runtime gets
+  one thread per usable core, core/cpu.py `usable_cores`; the prepare pool min(max_batch, those cores); one
+  lane per core where the runtime answers calls at once, encoder_node.lanes_for);
+- `one lane`: the same threads, one batch at a time (the node's default before lanes);
+- one runtime thread and one preparing thread; all cores and one; one lane each.
 
 Per layout: frames encoded per second (all cameras), frames delivered per camera, the node's CPU. The best
 layout is the one with the highest mean encoded rate; the default is kept where it is within the rounds' spread
@@ -25,14 +27,15 @@ from pathlib import Path
 from ..core.cpu import usable_cores
 
 CAMERAS = 4
-#: (name, runtime threads, prepare threads); 0 = the node's own choice; "all" = every usable core
-LAYOUTS = (("default", 0, 0), ("1 + 1", 1, 1), ("1 + all", 1, -1), ("all + 1", -1, 1))
+#: (name, runtime threads, prepare threads, lanes); 0 = the node's own choice; -1 = every usable core
+LAYOUTS = (("default", 0, 0, 0), ("one lane", 0, 0, 1), ("1 + 1", 1, 1, 1), ("all + 1", -1, 1, 1))
 
 
-def flags(threads: int, prep: int) -> tuple[str, ...]:
+def flags(threads: int, prep: int, lanes: int) -> tuple[str, ...]:
     """The node flags of one layout (-1: every usable core)."""
     cores = usable_cores()
-    return ("--threads", str(cores if threads < 0 else threads), "--prep-threads", str(cores if prep < 0 else prep))
+    return ("--threads", str(cores if threads < 0 else threads), "--prep-threads", str(cores if prep < 0 else prep),
+            "--encode-lanes", str(lanes))  # fmt: skip
 
 
 def run_schedule(rounds: int, transports: tuple[str, ...], work: Path) -> dict:
@@ -56,9 +59,9 @@ def run_schedule(rounds: int, transports: tuple[str, ...], work: Path) -> dict:
             bags.write_sample_bag(bag, frames=cameras.PLAYER_FRAMES, fps=cameras.FPS,
                                   compressed="jpeg" if transport == "compressed" else "")  # fmt: skip
         for r in range(rounds):
-            for name, threads, prep in LAYOUTS if r % 2 == 0 else LAYOUTS[::-1]:
-                t = cameras.run_setup("multi", CAMERAS, args, bag, work / f"schedule-{transport}-{r}-{threads}-{prep}",
-                                      node_flags=flags(threads, prep))  # fmt: skip
+            for name, threads, prep, lanes in LAYOUTS if r % 2 == 0 else LAYOUTS[::-1]:
+                trial = work / f"schedule-{transport}-{r}-{threads}-{prep}-{lanes}"
+                t = cameras.run_setup("multi", CAMERAS, args, bag, trial, node_flags=flags(threads, prep, lanes))
                 keep = ("total_fps", "delivered_fps_per_camera", "cpu_percent", "min_share_of_mean")
                 trials.append({"transport": transport, "layout": name, "round": r, **{k: t.get(k) for k in keep}})
                 print(f"schedule {transport} round {r} {name}: {cameras._line(t)}", file=sys.stderr, flush=True)
@@ -91,7 +94,8 @@ def markdown(res: dict) -> list[str]:
     from . import cameras
 
     lines = [f"One node, {res['cameras']} cameras at {res['fps']:g} fps (1080p, one publisher), {res['rounds']} "
-             f"round(s) per layout, {res['cores']} usable cores. Layout: runtime threads + preparing threads. "
+             f"round(s) per layout, {res['cores']} usable cores. Layout: runtime threads + preparing threads; "
+             "`default` also runs one batch per core at once where the runtime can (`encode_lanes` 0). "
              + (cameras.socket_line(res["socket_buffers"]) if "socket_buffers" in res else ""), "",
              "| transport | layout | encoded frames/s, mean (min-max) | delivered per camera | node CPU % | best "
              "| default kept |", "|---|---|---|---|---|---|---|"]  # fmt: skip

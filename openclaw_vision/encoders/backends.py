@@ -128,7 +128,7 @@ def _openvino_declines(info) -> str | None:
 def _build_onnxruntime(path: Path, o: EncoderOptions):
     from .onnxruntime import OnnxRuntimeEncoder
 
-    return OnnxRuntimeEncoder(path, threads=o.threads)
+    return OnnxRuntimeEncoder(path, threads=o.threads, lanes=o.encode_lanes)
 
 
 def _build_triton(path: Path, o: EncoderOptions):

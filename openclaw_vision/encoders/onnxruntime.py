@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core.cpu import usable_cores
 from ..core.ortsession import session
 from .base import (
     Embedding,
@@ -27,8 +28,13 @@ from .base import (
 class OnnxRuntimeEncoder(HostInput):
     backend = "onnxruntime"
 
-    def __init__(self, model_path: str | Path, threads: int = 0, providers: list[str] | None = None) -> None:
+    def __init__(self, model_path: str | Path, threads: int = 0, providers: list[str] | None = None,
+                 lanes: int = 1) -> None:  # fmt: skip
+        """`lanes`: calls the caller makes at once (one session answers them in parallel, each on the calling
+        thread and its share of `threads`: 0 = the usable cores); `lanes` says how many it took."""
         path = check_model_file(model_path)
+        self.lanes = max(1, lanes)
+        threads = max(1, (threads or usable_cores()) // self.lanes)
         try:
             self.session = session(path, threads, providers=providers)
         except Exception as err:  # onnxruntime raises its own exception types; name the file

@@ -24,6 +24,9 @@ class EncoderOptions:
     ValueError here, when the options are made, not at the first INT8 model."""
 
     threads: int = 0
+    #: batches the caller encodes at once; a backend that answers concurrent calls in parallel (`lanes` on the
+    #: encoder it builds: ONNX Runtime) gives each its share of `threads`, the others run one call at a time
+    encode_lanes: int = 1
     performance_hint: str = "latency"
     gate: str = GATE_AUTO
     triton_url: str = "127.0.0.1:8001"

@@ -67,6 +67,7 @@ import time
 from typing import Any
 
 from ..core import heap
+from ..core.cpu import usable_cores
 from ..core.resources import default_model_path
 from ..encoders import EncoderError, EncoderOptions, ImageEncoder, backends, create_encoder
 from ..models.naming import projected_name
@@ -114,11 +115,16 @@ class EncoderNode:
         for cam in self.cameras.values():
             cam.images = self._subscribe_images(cam)
         self.overlap = overlaps(self.pipeline) if overlap is None else overlap and self.pipeline.concurrent
+        # the batches encoded at once: as many as the encoder took (its `lanes`: encoder_node.lanes_for says how
+        # many the node asks for), each of up to its share of the cameras
+        self.lanes = 1 if self.overlap or not self.pipeline.concurrent else max(1, getattr(encoder, "lanes", 1))
+        lane_batch = min(self.pipeline.max_batch, -(-len(self.cameras) // self.lanes))
         self.stages = BatchStages(self.pipeline, self.cameras, transport, self.node_counters)
         # stage two through `_encode_and_publish`, looked up per batch: the node's seam (a test injects a fault there)
         self.scheduler: BatchScheduler[TakenBatch] = BatchScheduler(
-            self.intake, self.pipeline.max_batch, self.stages.prepare, lambda t: self._encode_and_publish(t),
-            self.stages.failed, self.supervisor, self.overlap)  # fmt: skip
+            self.intake, lane_batch if self.lanes > 1 else self.pipeline.max_batch, self.stages.prepare,
+            lambda t: self._encode_and_publish(t), self.stages.failed, self.supervisor, self.overlap,
+            self.lanes)  # fmt: skip
         self._reporter = self.supervisor.thread("diagnostics", self._report)
 
     # what the transport threads and the worker call ---------------------------------------
@@ -219,7 +225,8 @@ class EncoderNode:
             len(self.cameras),
             self.pipeline.max_batch,
             f"prepared on {self.pipeline.prep_threads} thread(s)"
-            + (", overlapped with the encode" if self.overlap else ", then encoded"),
+            + (", overlapped with the encode" if self.overlap else ", then encoded")
+            + (f", {self.lanes} batches at once" if self.lanes > 1 else ""),
             self.encoder.model_id,
             self.encoder.backend,
             self.encoder.precision,
@@ -278,20 +285,30 @@ def overlaps(pipeline: FramePipeline) -> bool:
     return pipeline.concurrent and not on_this_cpu
 
 
+def lanes_for(cfg: cfgmod.EncoderConfig, cameras: int) -> int:
+    """The batches the node asks its encoder to take at once (EncoderOptions.encode_lanes): `encode_lanes`, or
+    (0) one per usable core; never more than one per camera, since a camera is in one batch at a time
+    (scheduler.py), so a further lane would only take its share of the threads and never run.
+
+    LANES_MEASURED says what decided it."""
+    return max(1, min(cfg.encode_lanes or usable_cores(), cameras))
+
+
 def _build(cfg: cfgmod.EncoderConfig, transport: Transport) -> EncoderNode:
-    camera_specs(cfg)  # a camera set that cannot work stops here, before a model is loaded
+    specs = camera_specs(cfg)  # a camera set that cannot work stops here, before a model is loaded
     model_path = cfg.model_path or str(default_model_path(projected_name(cfg.model, cfg.output_dim), cfg.precision))
     # the runtime's pool, made here, does the encode's work: it waits for the CPU as the encode stage does
     # (scheduler.WORKER_NICE says why and what it measured)
     with threads.lower_threads_started(WORKER_NICE):
-        encoder = create_encoder(cfg.backend, model_path, options=encoder_options(cfg))
+        encoder = create_encoder(cfg.backend, model_path, options=encoder_options(cfg, lanes_for(cfg, len(specs))))
     return EncoderNode(cfg, transport, encoder)
 
 
-def encoder_options(cfg: cfgmod.EncoderConfig) -> EncoderOptions:
-    """The backend options of a node's configuration (the keys of EncoderOptions' fields)."""
+def encoder_options(cfg: cfgmod.EncoderConfig, lanes: int = 1) -> EncoderOptions:
+    """The backend options of a node's configuration (the keys of EncoderOptions' fields), `lanes` batches at once."""
     keys = EncoderOptions.__dataclass_fields__
-    return EncoderOptions(**{k: v for k, v in cfg.as_dict().items() if k in keys})
+    values = {k: v for k, v in cfg.as_dict().items() if k in keys}
+    return EncoderOptions(**{**values, "encode_lanes": lanes})
 
 
 def main(argv: list[str] | None = None) -> int:

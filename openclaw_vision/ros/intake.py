@@ -183,10 +183,16 @@ class Intake:
             cam.images.intake.hold_while(lambda: False, 0)
             cam.images.intake.release_held()
 
-    def take(self, limit: int = 1, timeout: float | None = None) -> list[tuple]:
+    def take(self, limit: int = 1, timeout: float | None = None, lend: bool = False) -> list[tuple]:
         """The worker's take (scheduler.Slots): what is held first, then the slots' newest frames."""
         self.release_held()
-        return self.slots.take(limit, timeout)
+        return self.slots.take(limit, timeout, lend)
+
+    def give_back(self, keys: list) -> None:
+        """A lane's batch is out (scheduler.Slots): its cameras may be taken again, with what they held
+        handled first, so the lane that takes one next takes its newest frame."""
+        self.release_held()
+        self.slots.give_back(keys)
 
     def on_image(self, cam: Camera, msg: Any, deserialize_s: float) -> None:
         """A sample from `cam`'s subscription, `deserialize_s` after it was taken from the reader."""

@@ -1,9 +1,11 @@
 """The encoder node's worker: batches taken from newest-frame slots, prepared, then encoded — on one thread,
-or on two that overlap (batch k+1 prepared while batch k encodes).
+on two that overlap (batch k+1 prepared while batch k encodes), or on several lanes at once.
 
     one thread (overlap off):  take → prepare → encode, one batch after the other
     two threads (overlap on):  encoder-prepare: take → prepare → hand over ─┐
                                encoder-worker:                           └→ encode
+    lanes (lanes > 1):         encoder-worker, encoder-worker2, ...: each take → prepare → encode,
+                               the lanes' batches encoded at the same time
 
 It knows nothing of transports, cameras or models: it takes from anything with LatestSlots' `take`, and
 calls three functions the node gives it (`prepare`, `encode`, `failed`), so a test drives it with plain
@@ -21,8 +23,11 @@ Python objects. What it promises:
   its backoff, or was given up) never holds the other, or the stop.
 - `stop` ends both stages and joins their threads; what was handed over before it is still encoded, and
   a batch handed over but never encoded (the encode thread was restarting) is left in `unfinished()`.
+- Lanes (an encoder that answers concurrent calls, each on its share of the cores): a lane takes with
+  `lend`, so the cameras of its batch are not taken by another lane until that batch is out (encoded,
+  published or counted): a camera is in one batch at a time, and its features go out in its frames' order.
 
-Why the overlap is not always on: see encoder_node.overlaps.
+Why the overlap is not always on: see encoder_node.overlaps; how many lanes: encoder_node.lanes_for.
 """
 
 from __future__ import annotations
@@ -66,7 +71,9 @@ class Slots(Protocol):
     """Where the frames wait: the encoder node's intake (what its subscriptions hold, then stats.LatestSlots: one
     newest item per camera, taken round robin)."""
 
-    def take(self, limit: int = 1, timeout: float | None = None) -> list[tuple]: ...
+    def take(self, limit: int = 1, timeout: float | None = None, lend: bool = False) -> list[tuple]: ...
+
+    def give_back(self, keys: list) -> None: ...
 
 
 class Work(Protocol):
@@ -91,13 +98,16 @@ class BatchScheduler(Generic[W]):
 
     `prepare(batch) -> W` must not raise (an error belongs in the work, for `encode` to fail the batch);
     `encode(work)` returns the model call's seconds (None: no call ran); `failed(work, err)` is called
-    when `encode` raised. The threads run under `supervisor` until its `stop` is set."""
+    when `encode` raised. The threads run under `supervisor` until its `stop` is set. `lanes` > 1 (not
+    with `overlap`): that many threads each take, prepare and encode, their batches at the same time."""
 
     def __init__(self, slots: Slots, max_batch: int, prepare: Callable[[list[tuple]], W],
                  encode: Callable[[W], float | None], failed: Callable[[W, Exception], None],
-                 supervisor: threads.Supervisor, overlap: bool) -> None:  # fmt: skip
+                 supervisor: threads.Supervisor, overlap: bool, lanes: int = 1) -> None:  # fmt: skip
+        if lanes < 1 or (overlap and lanes > 1):
+            raise ValueError(f"lanes {lanes} (overlap {overlap}): one or more, and one with the overlap")
         # `slots.take` is looked up at each take (a test injects a fault there)
-        self._slots, self.max_batch, self.overlap = slots, max_batch, overlap
+        self._slots, self.max_batch, self.overlap, self.lanes = slots, max_batch, overlap, lanes
         self._prepare_fn, self._encode_fn, self._failed = prepare, encode, failed
         self._stop = supervisor.stop
         self._handoff: queue.Queue[W] = queue.Queue(maxsize=1)
@@ -105,11 +115,12 @@ class BatchScheduler(Generic[W]):
         self._encode_ends = 0.0  # when the running encode is due to end (0: none running)
         self._encode_estimate: dict[int, float] = {}  # the last encode's seconds, by rows
         self._prepare_estimate = 0.0  # the last preparation's seconds
-        loops = (
-            [("encoder-prepare", self._prepare_work), ("encoder-worker", self._encode_work)]
-            if overlap
-            else [("encoder-worker", self._work)]
-        )
+        if overlap:
+            loops = [("encoder-prepare", self._prepare_work), ("encoder-worker", self._encode_work)]
+        elif lanes > 1:
+            loops = [("encoder-worker" + (str(i + 1) if i else ""), self._lane_work) for i in range(lanes)]
+        else:
+            loops = [("encoder-worker", self._work)]
         self.threads = [supervisor.thread(name, loop) for name, loop in loops]
 
     def start(self, nice: int = WORKER_NICE) -> None:
@@ -167,6 +178,17 @@ class BatchScheduler(Generic[W]):
             if batch:
                 self.run_batch(batch)
 
+    def _lane_work(self) -> None:
+        """One of several lanes: take (lending the batch's cameras), prepare, encode; the cameras go back
+        whatever happens to the batch (an error goes on to the supervisor, which runs the lane again)."""
+        while not self._stop.is_set():
+            batch = self._slots.take(self.max_batch, timeout=TAKE_POLL_S, lend=True)
+            try:
+                if batch:
+                    self.run_batch(batch)
+            finally:
+                self._slots.give_back([key for key, _ in batch])
+
     def _prepare_work(self) -> None:
         """Overlap, first stage: batch k+1 is taken and prepared while the encode thread runs batch k, taken
         only once the previous batch was taken over and the running encode is nearly done (module doc)."""
@@ -205,5 +227,3 @@ class BatchScheduler(Generic[W]):
             finally:
                 self._encode_ends = 0.0
                 self._encoder_idle.set()
-
-

@@ -197,6 +197,10 @@ class EncoderConfig(NodeConfig):
         "int8", "int8: the gated Q/DQ model (openclaw-vision quantize); fp32 on request", choices=PRECISIONS
     )  # fmt: skip
     threads: int = param(_OPTS.threads, "inference threads, 0 = one per core", minimum=0)
+    encode_lanes: int = param(
+        0, "batches encoded at once, each on its share of the inference threads (ONNX Runtime; other backends "
+        "run one); 0: one per core, at most one per camera", minimum=0
+    )  # fmt: skip
     prep_threads: int = param(
         0, "threads preparing (decoding, resizing) the frames of one batch at once; 0: min(max_batch, cores)", minimum=0
     )  # fmt: skip

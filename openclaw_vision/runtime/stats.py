@@ -168,6 +168,10 @@ class LatestSlots:
     a fixed order; each `take` starts at the camera after the last one the previous `take`
     served and takes the cameras with a frame in that order. A camera with a frame therefore waits
     at most ceil(cameras / limit) - 1 batches, whatever the others send.
+
+    Several takers (the encoder node's lanes: batches encoded at once) take with `lend=True`: the
+    cameras of a lent batch are skipped by every take until `give_back` returns them, so a camera
+    is in one batch at a time and its frames come out in the order they went in.
     """
 
     def __init__(self, keys: Iterable) -> None:
@@ -178,6 +182,7 @@ class LatestSlots:
         self._items: dict = {}
         self._next = 0
         self._closed = False
+        self._lent: set = set()  # cameras whose taken frame is still in a batch (lend=True)
 
     def put(self, key, item) -> bool:
         """Store `item` as `key`'s newest; True when it displaced one the consumer never took."""
@@ -192,16 +197,33 @@ class LatestSlots:
         """Whether `key`'s slot holds an item the consumer has not taken (a read, no lock: a moment's view)."""
         return key in self._items
 
-    def take(self, limit: int = 1, timeout: float | None = None) -> list[tuple]:
-        """[(key, item)] of up to `limit` cameras (round robin, see the class); [] on timeout or after close()."""
+    def take(self, limit: int = 1, timeout: float | None = None, lend: bool = False) -> list[tuple]:
+        """[(key, item)] of up to `limit` cameras (round robin, see the class); [] on timeout or after close().
+        `lend`: skip the cameras lent and not given back, and lend the ones taken (see the class)."""
         with self._cond:
-            if not self._cond.wait_for(lambda: self._items or self._closed, timeout) or not self._items:
+            if not self._cond.wait_for(lambda: self._ready() or self._closed, timeout):
+                return []
+            ready = self._ready()
+            if not ready:
                 return []
             n = len(self._keys)
             order = [self._keys[(self._next + i) % n] for i in range(n)]
-            chosen = [k for k in order if k in self._items][: max(1, limit)]
+            chosen = [k for k in order if k in ready][: max(1, limit)]
             self._next = (self._keys.index(chosen[-1]) + 1) % n
+            if lend:
+                self._lent.update(chosen)
             return [(k, self._items.pop(k)) for k in chosen]
+
+    def give_back(self, keys: Iterable) -> None:
+        """The cameras of a lent batch may be taken again (its frames are out: encoded, or counted)."""
+        with self._cond:
+            self._lent.difference_update(keys)
+            if self._ready():  # a frame that came while its camera was lent: a taker may wait for it
+                self._cond.notify_all()
+
+    def _ready(self) -> set:
+        """The cameras a take may serve now: a frame waiting, and not lent (under the lock)."""
+        return self._items.keys() - self._lent
 
     def close(self) -> dict:
         """Wake the taker for good; return {key: item} nobody took, so they can be counted."""
