@@ -12,7 +12,9 @@ Threads and data flow, one direction:
     diagnostics:       every `diagnostics_period` s, totals and per-camera counters and stage
                        percentiles on /diagnostics
 
-The worker thread runs both stages, one batch after the other. Where it pays (`overlaps`: the
+The worker thread runs both stages, one batch after the other; where the runtime answers calls at
+once (ONNX Runtime), one such worker (a lane) per core runs its own batches beside the others, a camera
+in one lane's batch at a time (`lanes_for`, scheduler.py). Where it pays (`overlaps`: the
 encode leaves this host's cores free, e.g. triton) the two stages overlap instead: an
 encoder-prepare thread prepares batch k+1 while the worker encodes batch k. The hand-off between
 them holds no queue: the prepare thread takes the next frames only once the worker has taken the
@@ -288,9 +290,14 @@ def overlaps(pipeline: FramePipeline) -> bool:
 def lanes_for(cfg: cfgmod.EncoderConfig, cameras: int) -> int:
     """The batches the node asks its encoder to take at once (EncoderOptions.encode_lanes): `encode_lanes`, or
     (0) one per usable core; never more than one per camera, since a camera is in one batch at a time
-    (scheduler.py), so a further lane would only take its share of the threads and never run.
+    (scheduler.py), so a further lane would only take its share of the threads and never run. A runtime that
+    answers one call at a time (OpenVINO's one request, a GPU engine) takes one whatever is asked.
 
-    LANES_MEASURED says what decided it."""
+    Why one per core (issue 38; `python -m openclaw_vision.bench.schedule`, docs/cameras-and-capacity.md): on an
+    AVX2-only EPYC with 2 cores, ONNX Runtime INT8, one 4-camera node at 30 fps 1080p per camera, two rounds, two
+    lanes of one thread encoded 9.8 frames/s (raw) and 14.4 (JPEG) against 8.0 and 12.4 for one lane of two
+    threads. One ONNX Runtime session with spinning off (core/ortsession.py) leaves its threads idle between
+    parallel sections; two calls on a thread each have none."""
     return max(1, min(cfg.encode_lanes or usable_cores(), cameras))
 
 
