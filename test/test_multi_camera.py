@@ -709,3 +709,67 @@ def test_the_node_encodes_one_batch_per_core_at_once_on_onnx_runtime_and_one_for
     assert built("onnxruntime", cams, encode_lanes=1) == (1, 1, 8, 2)
     if openvino.usable()[0]:
         assert built("openvino", cams)[:3] == (1, 1, 8)
+
+
+class LanedEncoder(GatedEncoder):
+    """An encoder that takes two calls at once (`lanes` 2, as ONNX Runtime with encode_lanes 2): its first two
+    calls wait inside for each other, so they are in flight together or the test fails; the later ones pass."""
+
+    lanes = 2
+
+    def __init__(self, inner) -> None:
+        super().__init__(inner)
+        self.gate.set()
+        self.meet = threading.Barrier(2, timeout=60)
+        self.lock = threading.Lock()
+
+    def encode(self, pixels):
+        with self.lock:
+            self.calls += 1
+            first_two = self.calls <= 2
+        if first_two:
+            self.meet.wait()  # BrokenBarrierError: the node never had two batches in flight
+        return self.inner.encode(pixels)
+
+
+@pytest.mark.dds
+def test_two_lanes_encode_at_once_and_each_cameras_features_keep_their_frames_order(tiny_model, dds_domain):
+    """Four cameras into a node whose encoder takes two calls at once: two batches (of up to two cameras each)
+    are in the encoder together, every camera's features come out in its frames' order, and every frame
+    is counted encoded or dropped, with a feature for each one encoded."""
+    from openclaw_vision.ros.cyclone import CycloneTransport
+    from openclaw_vision.ros.encoder_node import EncoderNode
+    from openclaw_vision.ros.types import IMAGE, VISUAL_FEATURES, QoS
+
+    cams = ["/a/image_raw", "/b/image_raw", "/c/image_raw", "/d/image_raw"]
+    enc = LanedEncoder(OnnxRuntimeEncoder(tiny_model, threads=2, lanes=2))
+    node_t, cam_t = CycloneTransport("encoder_node"), CycloneTransport("cameras")
+    node = EncoderNode(EncoderConfig(image_topics=tuple(cams), reliability="reliable", diagnostics_period=5.0),
+                       node_t, enc)  # fmt: skip
+    assert (node.lanes, node.scheduler.max_batch, len(node.scheduler.threads)) == (2, 2, 2)
+    inboxes = {c: Inbox() for c in cams}
+    rows = np.random.default_rng(0).integers(0, 256, (48, 64 * 3), np.uint8)
+    rounds = 12
+    try:
+        for c in cams:
+            cam_t.subscribe(c.replace("image_raw", "visual_features"), VISUAL_FEATURES, QoS("reliable", 50, "keep_all"),
+                            inboxes[c])  # fmt: skip
+        pubs = [cam_t.publisher(c, IMAGE, QoS("reliable", 10, "keep_all")) for c in cams]
+        node.start()
+        wait_until(lambda: all(p.matched() for p in pubs), 30, "the node's subscriptions")
+        for k in range(1, rounds + 1):
+            for i, p in enumerate(pubs):
+                p.publish(_image(cam_t, k * 1000 + i, cams[i], rows, 48, 64, "rgb8"))
+        st = node.stats
+        wait_until(lambda: st()["received"] == 4 * rounds and st()["received"] == st()["encoded"] + st()["dropped"],
+                   60, "every frame encoded or dropped")  # fmt: skip
+        wait_until(lambda: sum(len(b.items) for b in inboxes.values()) == st()["encoded"], 30, "every feature")
+    finally:
+        node.stop()
+        node_t.close()
+        cam_t.close()
+    assert enc.calls >= 2 and not enc.meet.broken
+    for c in cams:
+        stamps = [_stamp(f) for f in inboxes[c].items]
+        assert stamps and stamps == sorted(stamps) and len(set(stamps)) == len(stamps), (c, stamps)
+        assert stamps[-1] == rounds * 1000 + cams.index(c)  # the newest frame is never lost
