@@ -157,7 +157,7 @@ class StampGaps:
 
 
 class LatestSlots:
-    """One newest-item mailbox per camera, one taker: the newest-frame policy in one place.
+    """One newest-item mailbox per camera: the newest-frame policy in one place.
 
     `put` replaces what is waiting in that camera's slot (and says so, so the producer can count
     the displaced frame as dropped); a slow consumer sees each camera's latest frame and never a
@@ -189,7 +189,9 @@ class LatestSlots:
         with self._cond:
             displaced = key in self._items
             self._items[key] = item
-            if not displaced:  # a slot was full: no taker waits (it waits only while every slot is empty)
+            # a frame that displaced another wakes nobody: a taker free to take this camera would have taken that
+            # one (a lent camera's frame waits for `give_back`, which wakes the takers)
+            if not displaced:
                 self._cond.notify()
             return displaced
 
