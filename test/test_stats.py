@@ -103,8 +103,9 @@ def test_a_taker_waiting_for_a_lent_camera_wakes_when_it_is_given_back():
     assert slots.take(1, timeout=0, lend=True) == []  # lent: its new frame waits
     t = threading.Thread(target=lambda: got.append(slots.take(1, timeout=30, lend=True)))
     t.start()
+    threading.Event().wait(0.3)  # most likely waiting by now: a give_back that wakes nobody leaves it until 30 s
     slots.give_back(["a"])
-    t.join()
+    t.join(10)
     assert got == [[("a", 2)]]
 
 
