@@ -13,8 +13,11 @@ from pathlib import Path
 from .cpu import usable_cores
 
 
-def session_options(threads: int = 0, spinning: bool = False, exact_u8s8: bool = True):
+def session_options(threads: int = 0, spinning: bool = False, exact_u8s8: bool = True, lanes: int = 1):
     """ONNX Runtime CPU session options shared by the node, the quantiser and the benchmarks.
+
+    `threads` 0: the usable cores. `lanes`: calls made at once on the session (the encoder node's lanes),
+    each gets its share of the threads (at least one).
 
     `session.x64quantprecision`: on x86 CPUs without VNNI (AVX2-only, e.g. the AMD EPYC
     machines here), ORT's default U8S8 integer GEMM pairs products in saturating 16-bit adds
@@ -29,7 +32,7 @@ def session_options(threads: int = 0, spinning: bool = False, exact_u8s8: bool =
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads if threads > 0 else usable_cores()
+    opts.intra_op_num_threads = max(1, (threads if threads > 0 else usable_cores()) // max(1, lanes))
     opts.inter_op_num_threads = 1
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
@@ -46,17 +49,18 @@ def session(
     spinning: bool = False,
     exact_u8s8: bool = True,
     quiet: bool = False,
+    lanes: int = 1,
 ):
     """The one place an ONNX Runtime session is made (the node, text tower, quantiser, export check, benches).
 
     `model`: a path, or the bytes of a model with embedded weights. `level="basic"`: only graph
     optimisations that keep every intermediate tensor as the graph has it (for observing
     activations); "all" is what the node runs. `quiet`: warnings off (the quantiser's many
-    candidate models would repeat the same ones).
+    candidate models would repeat the same ones). `lanes`: see `session_options`.
     """
     import onnxruntime as ort
 
-    opts = session_options(threads, spinning, exact_u8s8)
+    opts = session_options(threads, spinning, exact_u8s8, lanes)
     if level == "basic":
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     if quiet:

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.cpu import usable_cores
 from ..core.ortsession import session
 from .base import (
     Embedding,
@@ -34,9 +33,8 @@ class OnnxRuntimeEncoder(HostInput):
         thread and its share of `threads`: 0 = the usable cores); `lanes` says how many it took."""
         path = check_model_file(model_path)
         self.lanes = max(1, lanes)
-        threads = max(1, (threads or usable_cores()) // self.lanes)
         try:
-            self.session = session(path, threads, providers=providers)
+            self.session = session(path, threads, providers=providers, lanes=self.lanes)
         except Exception as err:  # onnxruntime raises its own exception types; name the file
             data = path.with_name(path.name + ".data")
             hint = "" if data.is_file() else f" (a model above 1 GB is two files: keep {data.name} beside it)"
