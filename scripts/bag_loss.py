@@ -39,6 +39,16 @@ def domain_lock():
     return got[1]
 
 
+def humble_run(work: Path, rebuild: bool):
+    """What a script on the shared Humble does first: its work folder, a DDS domain of its own (`domain_lock`),
+    this process's DDS on the loopback config, and the colcon build of this checkout (humble.built). Returns the
+    build and the domain's lock, to be held until exit."""
+    work.mkdir(parents=True, exist_ok=True)
+    lock = domain_lock()
+    os.environ["CYCLONEDDS_URI"] = humble.LOOPBACK_CONFIG.as_uri()
+    return humble.built(work, rebuild), lock
+
+
 def socket_drops(pid: int) -> int:
     """Datagrams the kernel dropped at process `pid`'s UDP sockets (/proc/net/udp's `drops` column)."""
     inodes = set()
@@ -74,9 +84,7 @@ def main(argv: list[str]) -> int:
     from openclaw_vision.models.export import export_model
     from openclaw_vision.runtime import bags
 
-    args.work.mkdir(parents=True, exist_ok=True)
-    lock = domain_lock()  # noqa: F841 - held until exit
-    ros2 = humble.built(args.work, args.rebuild)
+    ros2, lock = humble_run(args.work, args.rebuild)  # noqa: RUF059 - the lock is held until exit
     model = args.work / "tiny.fp32.onnx"
     if not model.is_file():
         export_model("tiny", model)

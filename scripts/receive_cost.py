@@ -21,15 +21,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "test"))  # test/ (for `support`)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout
 
-from bag_loss import domain_lock
-from support import humble
+from bag_loss import humble_run
 
 
 def main(argv: list[str]) -> int:
@@ -52,10 +50,7 @@ def main(argv: list[str]) -> int:
     from openclaw_vision.core import children
     from openclaw_vision.runtime import bags
 
-    args.work.mkdir(parents=True, exist_ok=True)
-    lock = domain_lock()  # noqa: F841 - held until exit
-    os.environ["CYCLONEDDS_URI"] = humble.LOOPBACK_CONFIG.as_uri()
-    ros2 = humble.built(args.work, args.rebuild)
+    ros2, lock = humble_run(args.work, args.rebuild)  # noqa: RUF059 - the lock is held until exit
     venv = ros2.venv
     bag = args.work / "frames-raw"
     if not bag.exists():
