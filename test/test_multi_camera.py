@@ -360,7 +360,7 @@ def test_under_overload_every_camera_is_served_round_robin(tiny_model, dds_domai
                 n += 1
                 for i, p in enumerate(pubs):
                     p.publish(_image(cam_t, n * 1000 + i, cams[i], rows, 48, 64, "rgb8"))
-            # a camera's second frame may be held undecoded while its slot is full (intake.HELD_SAMPLES)
+            # a camera's second frame may be held undecoded while its slot is full (the held_samples parameter)
             wait_until(lambda k=k: [r + h for r, h in zip(per("received"), per("held"), strict=True)] == [2 * k] * 3,
                        30, f"round {k}'s frames")  # fmt: skip
             enc.entered(k)
@@ -394,9 +394,56 @@ def _stamp(feat) -> int:
 
 
 def arrived(node) -> int:
-    """Frames the node received or holds undecoded (intake.HELD_SAMPLES) while their camera's slot is full."""
+    """Frames the node received or holds undecoded (the held_samples parameter) while their camera's slot is full."""
     s = node.stats()
     return s["received"] + s["held"]
+
+
+@pytest.mark.dds
+@pytest.mark.parametrize("held_samples", [0, 1, 3])
+def test_held_samples_is_how_many_samples_a_busy_camera_holds_undecoded(tiny_model, dds_domain, held_samples):
+    """While frame 1 is in the model and frame 2 waits in the camera's slot, the next `held_samples` frames
+    are held undecoded (not yet received), and the one after them has every held one handled with it; when
+    the encoder goes on, every frame is counted once and the newest is encoded last."""
+    from openclaw_vision.ros.cyclone import CycloneTransport
+    from openclaw_vision.ros.encoder_node import EncoderNode
+    from openclaw_vision.ros.types import IMAGE, VISUAL_FEATURES, QoS
+
+    enc = GatedEncoder(OnnxRuntimeEncoder(tiny_model, threads=1))
+    node_t, cam_t = CycloneTransport("encoder_node"), CycloneTransport("camera")
+    cfg = EncoderConfig(image_topic=FRONT, reliability="reliable", diagnostics_period=5.0, held_samples=held_samples)
+    node = EncoderNode(cfg, node_t, enc, overlap=False)
+    feats = Inbox()
+    rows = np.random.default_rng(0).integers(0, 256, (48, 64 * 3), np.uint8)
+    last = 3 + held_samples
+    try:
+        pub = cam_t.publisher(FRONT, IMAGE, QoS("reliable", 10, "keep_all"))
+        cam_t.subscribe("/visual_features", VISUAL_FEATURES, QoS("reliable", 10, "keep_all"), feats)
+        node.start()
+        wait_until(lambda: pub.matched(), 30, "the node's subscription")
+        pub.publish(_image(cam_t, 1, "front", rows, 48, 64, "rgb8"))
+        assert enc.inside.wait(30)  # frame 1 is in the model call, held there
+        for n in range(2, last):
+            pub.publish(_image(cam_t, n, "front", rows, 48, 64, "rgb8"))
+            wait_until(lambda n=n: arrived(node) == n, 30, f"frame {n}")
+        s = node.stats()
+        assert (s["received"], s["held"]) == (2, held_samples), s  # frame 2 in the slot, the rest held
+        pub.publish(_image(cam_t, last, "front", rows, 48, 64, "rgb8"))
+        # handled on arrival of the next, while frame 1 is still in the model (the gate gives up after 30 s)
+        wait_until(lambda: node.stats()["received"] == last, 20, "the held frames handled with the next")
+        assert node.stats()["held"] == 0 and enc.calls == 1, (node.stats(), enc.calls)
+        enc.gate.set()
+        wait_until(lambda: sum(node.counters.snapshot()[k] for k in ("encoded", "dropped")) == last, 30, "every frame")
+        feats.wait(node.counters.snapshot()["encoded"], timeout=30)
+    finally:
+        enc.gate.set()
+        node.stop()
+        node_t.close()
+        cam_t.close()
+    s = node.stats()
+    assert s["received"] == last and s["encoded"] + s["dropped"] == last and s["rejected"] == s["failed"] == 0, s
+    stamps = [_stamp(f) for f in feats.items]
+    assert stamps[0] == 1 and stamps[-1] == last and stamps == sorted(stamps), stamps
 
 
 @pytest.mark.dds

@@ -57,6 +57,9 @@ PATHS = ("one", "all")
 #: a path's suffix for the node with glibc's own malloc thresholds (frame_heap_mb 0) in place of its default, which
 #: keeps freed frame buffers in the heap (core/heap.py): measured beside the default in full runs
 GLIBC = "+glibc"
+#: a path's suffix for the node holding one sample per busy camera (`held_samples` 1, its default before it was 3:
+#: intake.Intake.hold_samples) in place of its default: measured beside it by scripts/receive_cost.py --drop
+HELD1 = "+held1"
 LOADS = ("idle", "hogs")
 #: (cameras, fps per camera, measured seconds, warm-up seconds) of a full run and of --quick
 SETUP = {False: (4, 30.0, 8.0, 2.0), True: (1, 30.0, 2.0, 1.0)}
@@ -177,8 +180,10 @@ def receive(transport: str, path: str, topics: Sequence[str], seconds: float, wa
     clock = IntakeClock()
     t = create_transport(transport, "dropcost_receiver", [])
     enc = PausedEncoder()
-    heap = {"frame_heap_mb": 0} if path.endswith(GLIBC) else {}  # else the node's default
-    node = EncoderNode(EncoderConfig(image_topics=tuple(topics), diagnostics_period=3600.0, **heap), t, enc)
+    changed = {"frame_heap_mb": 0} if GLIBC in path else {}  # else the node's defaults
+    if HELD1 in path:
+        changed["held_samples"] = 1
+    node = EncoderNode(EncoderConfig(image_topics=tuple(topics), diagnostics_period=3600.0, **changed), t, enc)
     try:
         node.start()
         print("ready", flush=True)

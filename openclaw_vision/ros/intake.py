@@ -4,7 +4,7 @@ features go, each camera's counts, and every sample from its transport thread in
     transport thread: sample → `received` (its stamp into the camera's gap estimate) → validated into a
                       Frame (bytes that are not an image: `rejected`, logged) → the camera's slot; a frame
                       it displaces, never taken by the worker: `dropped`
-    while the slot is full, a camera's subscription holds up to HELD_SAMPLES samples undecoded and handles
+    while the slot is full, a camera's subscription holds up to `held_samples` samples undecoded and handles
     them with the next one (fewer cold runs of this path, subscription.SampleIntake); the worker's `take`
     handles what is held first, so it always takes each camera's newest frame
 
@@ -42,9 +42,6 @@ log = logging.getLogger("encoder_node")
 STAGES = ("deserialize", "queue", "batch", "decode", "preprocess", "encode", "publish")
 #: every frame that arrives is counted exactly once, after `received`, as one of the other four
 COUNTS = ("received", "encoded", "dropped", "rejected", "failed")
-#: samples a camera's subscription holds undecoded while the camera's slot holds a frame the worker has not
-#: taken (subscription.SampleIntake.hold_while says why): handled back to back with the next one
-HELD_SAMPLES = 1
 
 
 @dataclass(frozen=True)
@@ -152,7 +149,8 @@ class Intake:
     A frame is classified whole either before `close()` or not taken at all (one lock around each), so
     the final counts add up; `between_frames` holds that lock for a snapshot no frame is halfway through."""
 
-    def __init__(self, specs: Iterable[CameraSpec], log_throttle_period: float) -> None:
+    def __init__(self, specs: Iterable[CameraSpec], log_throttle_period: float, held_samples: int = 0) -> None:
+        """`held_samples`: what a camera's subscription may hold while its slot is full (`hold_samples`)."""
         self.times = StageTimes(STAGES)
         self.cameras = {
             spec.topic: Camera(
@@ -166,11 +164,14 @@ class Intake:
         self.slots = LatestSlots(self.cameras)
         self._lock = threading.Lock()
         self._accepting = True
+        self.held_samples = held_samples
 
     def hold_samples(self, cam: Camera) -> None:
-        """Let `cam`'s (new) subscription hold samples while the camera's slot is full (module doc)."""
+        """Let `cam`'s (new) subscription hold up to `held_samples` samples while the camera's slot is full
+        (subscription.SampleIntake.hold_while says why; the node's `held_samples` parameter, 3 by default:
+        docs/cameras-and-capacity.md has what 1, 2 and 3 measured)."""
         key = cam.spec.topic
-        cam.images.intake.hold_while(lambda: self.slots.holds(key), HELD_SAMPLES)
+        cam.images.intake.hold_while(lambda: self.slots.holds(key), self.held_samples)
 
     def release_held(self) -> None:
         """Handle the samples every camera's subscription holds, on this thread."""

@@ -8,7 +8,7 @@ an estimate of those, per camera, from the gaps between the header stamps that d
 (stats.StampGaps: a gap of k camera periods means k - 1 frames missing); frames missing before the
 first that arrived or after the last are not in it.
 
-`held`: samples a camera's subscription holds undecoded while its slot is full (intake.HELD_SAMPLES), not
+`held`: samples a camera's subscription holds undecoded while its slot is full (the held_samples parameter), not
 yet received: each is counted when it is handled, at the latest when the worker next takes.
 
 A failure's reason is kept before its frames are counted (`fail`): /diagnostics reads the counts

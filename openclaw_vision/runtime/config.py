@@ -222,6 +222,12 @@ class EncoderConfig(NodeConfig):
         64, "MB of freed frame buffers malloc keeps for the next frames (glibc; 0: its own adaptive thresholds)",
         minimum=0,
     )  # fmt: skip
+    # issue 38: intake.py says why, docs/cameras-and-capacity.md what it saved and cost
+    held_samples: int = param(
+        3, "samples a camera's subscription holds undecoded while the camera's newest frame waits for the encoder, "
+        "then handles back to back (less CPU per dropped frame; up to that many more frames in memory per camera)",
+        minimum=0,
+    )  # fmt: skip
     diagnostics_period: float = param(1.0, "seconds between /diagnostics messages", **PERIOD)
     log_throttle_period: float = param(2.0, "seconds between log lines about one repeated problem", **PERIOD)
     watchdog_period: float = param(
