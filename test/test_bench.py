@@ -284,21 +284,6 @@ def test_capacity_bench_finds_a_rate_and_accounts_the_cores_by_thread(tiny_model
     assert "one raw 1080p camera" in goals and (out / "capacity_cpu.png").stat().st_size > 0
 
 
-def test_compute_alone_runs_the_lanes_the_node_runs(tiny_model, tmp_path):
-    """The capacity bench's compute-alone rate encodes as the node does: with two lanes, four cameras go as two
-    batches of two at once (ONNX Runtime takes concurrent calls); one lane takes all four in one batch."""
-    from openclaw_vision.bench.node import compute_bound
-    from openclaw_vision.runtime import bags
-
-    bag = tmp_path / "bag"
-    bags.write_sample_bag(bag, frames=4, fps=30.0)
-    two = compute_bound(bag, tiny_model, "onnxruntime", "fp32", 4, 0.6, frames=4, lanes=2)
-    one = compute_bound(bag, tiny_model, "onnxruntime", "fp32", 4, 0.6, frames=4, lanes=1)
-    assert (two["lanes"], two["batch"], one["lanes"], one["batch"]) == (2, 2, 1, 4)
-    assert two["frames_per_s"] > 0 and one["frames_per_s"] > 0
-    assert len(two["stages_ms"]) == 2 and two["stages_ms"]["encode"]["n"] >= 2  # calls from both lanes counted
-
-
 def test_the_schedule_bench_keeps_the_default_layout_only_within_the_rounds_spread_of_the_best():
     """bench/schedule.py's verdict: the best layout is the highest mean; the default is kept where its best round
     reaches the best layout's worst, and said NO where every round of it is below."""

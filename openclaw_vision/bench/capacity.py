@@ -10,9 +10,9 @@ For 1 and 4 cameras, raw rgb8 1080p and JPEG, with the sender in a process of it
   inside the measured window fail to come back as features (ros2_benchmark's method: a search over
   short trials, not capped at the camera rate). Each trial says the rate offered and the rate the
   player achieved; where the player falls short, the capacity is the sender's (`sender_limited`).
-- **compute-bound rate**: the node's own backend, precision, threads, lanes and batch (a lane's share of
-  the N cameras, at most max_batch: encoder_node.lanes_for and lane_layout) run in this process on
-  frames in memory while nothing else runs: what the CPU allows the encoding alone.
+- **compute-bound rate**: the node's own backend, precision, threads and batch (min(N, max_batch))
+  run in this process on frames in memory while nothing else runs: what the CPU allows the
+  encoding alone.
 - **transport ceiling**: the same search into a bare subscriber (ros/echo.py: the node's transport and
   QoS, every frame deserialised and validated as the node does, its header sent back, no encode).
 - **per-thread CPU** of the node (and of the echo and the player) in each trial, from
@@ -43,9 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core import children
-from ..ros.encoder_node import lanes_for
 from ..runtime import bags, threads
-from ..runtime.config import IMAGE_TRANSPORTS, EncoderConfig
+from ..runtime.config import IMAGE_TRANSPORTS
 from ..runtime.stats import percentiles
 from .cameras import (
     FPS,
@@ -348,7 +347,7 @@ def run_capacity(args, work: Path) -> dict:
         bag = _bag(work, compressed)
         for n in cams:
             c = compute_bound(bag, args.int8_model_path, backend, precision, n, 3.0 if args.quick else 9.0,
-                              frames=PLAYER_FRAMES, lanes=lanes_for(EncoderConfig(), n))  # fmt: skip
+                              frames=PLAYER_FRAMES)  # fmt: skip
             out["compute"].append({"cameras": n, "transport": transport, **c})
             ceiling = measure_echo(args, n, compressed, bag, work / f"echo-{transport}-{n}", guess=120.0 / n)
             out["ceiling"].append(ceiling)

@@ -112,57 +112,40 @@ WINDOWS = 3
 
 
 def compute_bound(bag: Path, model_path: Path, backend: str, precision: str, batch: int, seconds: float,
-                  frames: int = 10, lanes: int = 1) -> dict:  # fmt: skip
-    """The node's computation alone, in this process, on the bag's first `frames` frames in memory, for
-    `batch` cameras: frames/s (the best of WINDOWS windows), per-call and per-stage (preprocess, encode)
+                  frames: int = 10) -> dict:  # fmt: skip
+    """The node's computation alone, in this process, on the bag's first `frames` frames in memory, batches
+    of `batch`: frames/s (the best of WINDOWS windows), per-call and per-stage (preprocess, encode)
     percentiles (ms). On the backend the node runs (named explicitly, so `auto` cannot pick another here)
-    and checked to be the same precision, or a ratio against the node would compare two computations.
-    `lanes`: the batches the node asks its encoder to take at once (encoder_node.lanes_for); the calls run
-    as the node runs them (encoder_node.lane_layout: as many as the encoder took, each on a thread of its own
-    with up to its share of the cameras), so a node that encodes two batches at once is set against the
-    same, not against one batch at a time."""
-    from ..encoders import EncoderOptions, create_encoder
-    from ..ros.encoder_node import lane_layout
+    and checked to be the same precision, or a ratio against the node would compare two computations."""
+    from ..encoders import create_encoder
     from ..runtime.pipeline import FramePipeline
 
-    encoder = create_encoder(backend, model_path, options=EncoderOptions(encode_lanes=lanes))
+    encoder = create_encoder(backend, model_path)
     if encoder.precision != precision:
         raise BenchError(f"compute alone runs {encoder.precision} on {backend}, the node ran {precision}")
     pipeline = FramePipeline(encoder)
-    lanes, per_lane = lane_layout(pipeline, batch)
+    batch = min(batch, pipeline.max_batch)
     held = list(bags.iter_frames(bag, limit=frames))
-    calls: list[float] = []
-    rates: list[float] = []
+    calls, k, rates = [], 0, []
     stages: dict[str, list[float]] = {"preprocess": [], "encode": []}
     for _ in range(2):  # warm-up calls are not timed
-        pipeline.run(held[:per_lane])
-
-    def lane(k: int, end: float, done: list[int]) -> None:
+        pipeline.run(held[:batch])
+    for _ in range(WINDOWS):
+        window = []
+        end = time.perf_counter() + seconds / WINDOWS
         while time.perf_counter() < end:
             t0 = time.perf_counter()
-            res = pipeline.run([held[(k + j) % len(held)] for j in range(per_lane)])
-            calls.append((time.perf_counter() - t0) * 1e3)
-            stages["preprocess"].extend(s * 1e3 for s in res.preprocess_s.values())
+            res = pipeline.run([held[(k + j) % len(held)] for j in range(batch)])
+            window.append((time.perf_counter() - t0) * 1e3)
+            stages["preprocess"] += [s * 1e3 for s in res.preprocess_s.values()]
             stages["encode"].append(res.encode_s * 1e3)
-            done.append(per_lane)
-            k += per_lane * lanes
-
-    for _ in range(WINDOWS):
-        done: list[int] = []
-        t0 = time.perf_counter()
-        end = t0 + seconds / WINDOWS
-        runs = [threading.Thread(target=lane, args=(i * per_lane, end, done)) for i in range(lanes)]
-        for t in runs:
-            t.start()
-        for t in runs:
-            t.join()
-        rates.append(sum(done) / (time.perf_counter() - t0))  # every lane's last call ends inside the window
-    pipeline.close()
+            k += batch
+        rates.append(batch * len(window) / (sum(window) / 1e3))
+        calls += window
     return {
         "backend": encoder.backend,
         "precision": encoder.precision,
-        "batch": per_lane,
-        "lanes": lanes,
+        "batch": batch,
         "frames_per_s": round(max(rates), 2),
         "frames_per_s_windows": [round(r, 2) for r in rates],
         "call_ms": {q: round(v, 2) for q, v in percentiles(calls, (50, 99)).items()},

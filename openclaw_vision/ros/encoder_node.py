@@ -117,7 +117,10 @@ class EncoderNode:
         for cam in self.cameras.values():
             cam.images = self._subscribe_images(cam)
         self.overlap = overlaps(self.pipeline) if overlap is None else overlap and self.pipeline.concurrent
-        self.lanes, lane_batch = lane_layout(self.pipeline, len(self.cameras), self.overlap)
+        # the batches encoded at once: as many as the encoder took (its `lanes`: encoder_node.lanes_for says how
+        # many the node asks for), each of up to its share of the cameras
+        self.lanes = 1 if self.overlap or not self.pipeline.concurrent else max(1, getattr(encoder, "lanes", 1))
+        lane_batch = min(self.pipeline.max_batch, -(-len(self.cameras) // self.lanes))
         self.stages = BatchStages(self.pipeline, self.cameras, transport, self.node_counters)
         # stage two through `_encode_and_publish`, looked up per batch: the node's seam (a test injects a fault there)
         self.scheduler: BatchScheduler[TakenBatch] = BatchScheduler(
@@ -296,15 +299,6 @@ def lanes_for(cfg: cfgmod.EncoderConfig, cameras: int) -> int:
     threads. One ONNX Runtime session with spinning off (core/ortsession.py) leaves its threads idle between
     parallel sections; two calls on a thread each have none."""
     return max(1, min(cfg.encode_lanes or usable_cores(), cameras))
-
-
-def lane_layout(pipeline: FramePipeline, cameras: int, overlap: bool = False) -> tuple[int, int]:
-    """(batches encoded at once, the most frames in each) for `cameras` cameras: as many lanes as the encoder
-    took (its `lanes`; `lanes_for` says how many the node asks for), one with the overlap or a preprocessor that
-    is not concurrent, each lane's batch at most its share of the cameras. bench/node.py's compute-alone rate
-    runs the same layout."""
-    lanes = 1 if overlap or not pipeline.concurrent else max(1, getattr(pipeline.encoder, "lanes", 1))
-    return lanes, min(pipeline.max_batch, -(-cameras // lanes))
 
 
 def _build(cfg: cfgmod.EncoderConfig, transport: Transport) -> EncoderNode:
