@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from pathlib import Path
@@ -399,28 +400,42 @@ def arrived(node) -> int:
     return s["received"] + s["held"]
 
 
+@contextlib.contextmanager
+def one_camera_node(enc, overlap: bool, **cfg):
+    """A node on FRONT with encoder `enc` (reliable QoS), started, a camera publisher matched to it and its
+    features collected: yields (node, camera transport, publisher, features); stopped and closed after."""
+    from openclaw_vision.ros.cyclone import CycloneTransport
+    from openclaw_vision.ros.encoder_node import EncoderNode
+    from openclaw_vision.ros.types import IMAGE, VISUAL_FEATURES, QoS
+
+    node_t, cam_t = CycloneTransport("encoder_node"), CycloneTransport("camera")
+    cfg = EncoderConfig(image_topic=FRONT, reliability="reliable", diagnostics_period=5.0, **cfg)
+    node = EncoderNode(cfg, node_t, enc, overlap=overlap)
+    feats = Inbox()
+    try:
+        pub = cam_t.publisher(FRONT, IMAGE, QoS("reliable", 10, "keep_all"))
+        cam_t.subscribe("/visual_features", VISUAL_FEATURES, QoS("reliable", 10, "keep_all"), feats)
+        node.start()
+        wait_until(lambda: pub.matched(), 30, "the node's subscription")
+        yield node, cam_t, pub, feats
+    finally:
+        if hasattr(enc, "gate"):
+            enc.gate.set()
+        node.stop()
+        node_t.close()
+        cam_t.close()
+
+
 @pytest.mark.dds
 @pytest.mark.parametrize("held_samples", [0, 1, 3])
 def test_held_samples_is_how_many_samples_a_busy_camera_holds_undecoded(tiny_model, dds_domain, held_samples):
     """While frame 1 is in the model and frame 2 waits in the camera's slot, the next `held_samples` frames
     are held undecoded (not yet received), and the one after them has every held one handled with it; when
     the encoder goes on, every frame is counted once and the newest is encoded last."""
-    from openclaw_vision.ros.cyclone import CycloneTransport
-    from openclaw_vision.ros.encoder_node import EncoderNode
-    from openclaw_vision.ros.types import IMAGE, VISUAL_FEATURES, QoS
-
     enc = GatedEncoder(OnnxRuntimeEncoder(tiny_model, threads=1))
-    node_t, cam_t = CycloneTransport("encoder_node"), CycloneTransport("camera")
-    cfg = EncoderConfig(image_topic=FRONT, reliability="reliable", diagnostics_period=5.0, held_samples=held_samples)
-    node = EncoderNode(cfg, node_t, enc, overlap=False)
-    feats = Inbox()
     rows = np.random.default_rng(0).integers(0, 256, (48, 64 * 3), np.uint8)
     last = 3 + held_samples
-    try:
-        pub = cam_t.publisher(FRONT, IMAGE, QoS("reliable", 10, "keep_all"))
-        cam_t.subscribe("/visual_features", VISUAL_FEATURES, QoS("reliable", 10, "keep_all"), feats)
-        node.start()
-        wait_until(lambda: pub.matched(), 30, "the node's subscription")
+    with one_camera_node(enc, False, held_samples=held_samples) as (node, cam_t, pub, feats):
         pub.publish(_image(cam_t, 1, "front", rows, 48, 64, "rgb8"))
         assert enc.inside.wait(30)  # frame 1 is in the model call, held there
         for n in range(2, last):
@@ -435,11 +450,6 @@ def test_held_samples_is_how_many_samples_a_busy_camera_holds_undecoded(tiny_mod
         enc.gate.set()
         wait_until(lambda: sum(node.counters.snapshot()[k] for k in ("encoded", "dropped")) == last, 30, "every frame")
         feats.wait(node.counters.snapshot()["encoded"], timeout=30)
-    finally:
-        enc.gate.set()
-        node.stop()
-        node_t.close()
-        cam_t.close()
     s = node.stats()
     assert s["received"] == last and s["encoded"] + s["dropped"] == last and s["rejected"] == s["failed"] == 0, s
     stamps = [_stamp(f) for f in feats.items]
@@ -452,22 +462,10 @@ def test_with_overlap_a_newer_frame_still_displaces_the_older_while_a_batch_enco
     arrive. The prepare stage takes at most one batch ahead, so the others wait in the camera's
     slot and a newer one displaces an older one (dropped, counted); every frame is counted once and
     the newest is encoded last."""
-    from openclaw_vision.ros.cyclone import CycloneTransport
-    from openclaw_vision.ros.encoder_node import EncoderNode
-    from openclaw_vision.ros.types import IMAGE, VISUAL_FEATURES, QoS
-
     enc = GatedEncoder(OnnxRuntimeEncoder(tiny_model, threads=1))
-    node_t, cam_t = CycloneTransport("encoder_node"), CycloneTransport("camera")
-    cfg = EncoderConfig(image_topic=FRONT, reliability="reliable", diagnostics_period=5.0)
-    node = EncoderNode(cfg, node_t, enc, overlap=True)
-    assert node.overlap and [t.name for t in node.supervisor.threads][:2] == ["encoder-prepare", "encoder-worker"]
-    feats = Inbox()
     rows = np.random.default_rng(0).integers(0, 256, (48, 64 * 3), np.uint8)
-    try:
-        pub = cam_t.publisher(FRONT, IMAGE, QoS("reliable", 10, "keep_all"))
-        cam_t.subscribe("/visual_features", VISUAL_FEATURES, QoS("reliable", 10, "keep_all"), feats)
-        node.start()
-        wait_until(lambda: pub.matched(), 30, "the node's subscription")
+    with one_camera_node(enc, True) as (node, cam_t, pub, feats):
+        assert node.overlap and [t.name for t in node.supervisor.threads][:2] == ["encoder-prepare", "encoder-worker"]
         pub.publish(_image(cam_t, 1, "front", rows, 48, 64, "rgb8"))
         assert enc.inside.wait(30)  # frame 1 is in the model call, held there
         for n in (2, 3, 4):
@@ -476,11 +474,6 @@ def test_with_overlap_a_newer_frame_still_displaces_the_older_while_a_batch_enco
         enc.gate.set()
         wait_until(lambda: sum(node.counters.snapshot()[k] for k in ("encoded", "dropped")) == 4, 30, "every frame")
         feats.wait(node.counters.snapshot()["encoded"], timeout=30)
-    finally:
-        enc.gate.set()
-        node.stop()
-        node_t.close()
-        cam_t.close()
     s = node.stats()
     assert s["received"] == 4 and s["encoded"] + s["dropped"] == 4 and s["rejected"] == s["failed"] == 0, s
     assert s["dropped"] >= 1, s  # not queued behind the held batch: displaced in the slot
@@ -491,32 +484,16 @@ def test_with_overlap_a_newer_frame_still_displaces_the_older_while_a_batch_enco
 
 @pytest.mark.dds
 def test_with_overlap_a_batch_the_encoder_fails_on_is_counted_failed_and_the_next_is_served(tiny_model, dds_domain):
-    from openclaw_vision.ros.cyclone import CycloneTransport
-    from openclaw_vision.ros.encoder_node import EncoderNode
-    from openclaw_vision.ros.types import IMAGE, VISUAL_FEATURES, QoS
-
     enc = GatedEncoder(OnnxRuntimeEncoder(tiny_model, threads=1), fail_on=2)
     enc.gate.set()
-    node_t, cam_t = CycloneTransport("encoder_node"), CycloneTransport("camera")
-    cfg = EncoderConfig(image_topic=FRONT, reliability="reliable", diagnostics_period=5.0)
-    node = EncoderNode(cfg, node_t, enc, overlap=True)
-    assert node.overlap
-    feats = Inbox()
     rows = np.random.default_rng(1).integers(0, 256, (48, 64 * 3), np.uint8)
-    accounted = lambda: sum(node.counters.snapshot()[k] for k in ("encoded", "dropped", "rejected", "failed"))  # noqa: E731
-    try:
-        pub = cam_t.publisher(FRONT, IMAGE, QoS("reliable", 10, "keep_all"))
-        cam_t.subscribe("/visual_features", VISUAL_FEATURES, QoS("reliable", 10, "keep_all"), feats)
-        node.start()
-        wait_until(lambda: pub.matched(), 30, "the node's subscription")
+    with one_camera_node(enc, True) as (node, cam_t, pub, feats):
+        assert node.overlap
+        accounted = lambda: sum(node.counters.snapshot()[k] for k in ("encoded", "dropped", "rejected", "failed"))  # noqa: E731
         for n in range(1, 4):  # lockstep; the second model call fails
             pub.publish(_image(cam_t, n, "front", rows, 48, 64, "rgb8"))
             wait_until(lambda n=n: accounted() == n, 30, f"frame {n}")
         feats.wait(2, timeout=30)
-    finally:
-        node.stop()
-        node_t.close()
-        cam_t.close()
     s = node.stats()
     assert (s["received"], s["encoded"], s["failed"], s["dropped"]) == (3, 2, 1, 0), s
     assert "the runtime failed on this batch" in node.last_failure
