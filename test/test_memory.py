@@ -367,6 +367,9 @@ def start_memory_node(t, args: list[str], log_path, children: list, stats=None):
     sub = t.subscribe("/diagnostics", DIAGNOSTIC_ARRAY, QoS("reliable", 1), diag)
     wait_until(lambda: (feats.matched() and sub.matched()) or not node.alive())
     assert node.alive(), node.log_text()
+    # our writer matches the node's reader before that reader has matched our writer: a row sent in between is
+    # lost (volatile), so wait until the node's status says it sees a publisher
+    status_where(diag, "the node's features subscription matched", lambda st: int(st.get("publishers", 0)) >= 1)
     return node, feats, diag, sub
 
 

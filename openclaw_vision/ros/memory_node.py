@@ -175,7 +175,11 @@ class MemoryNode:
     def stats(self) -> dict[str, Any]:
         with self._lock:
             pending = len(self._pending)
-        out = {**self.counters.snapshot(), "pending": pending, "rows": self.memory.held,
+        # publishers: those this node's features subscriptions have matched (a source not seen here sends nothing
+        # here; a publisher matches a subscription before the subscription has matched it, so a sender that
+        # must not lose its first rows waits for this count, as the tests do)
+        out = {**self.counters.snapshot(), "publishers": sum(sub.matched() for sub in self._subs),
+               "pending": pending, "rows": self.memory.held,
                "model": self.memory.model_id or "", "store": self.memory.spec, "robot": self.robot,
                "transport": self.transport.name, "thread_failures": self.supervisor.failures()}  # fmt: skip
         if self.forwarder is not None:  # rows: this robot's cached ones; the server's count is the server's
