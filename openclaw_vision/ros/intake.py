@@ -149,7 +149,7 @@ class Intake:
     A frame is classified whole either before `close()` or not taken at all (one lock around each), so
     the final counts add up; `between_frames` holds that lock for a snapshot no frame is halfway through."""
 
-    def __init__(self, specs: Iterable[CameraSpec], log_throttle_period: float, held_samples: int = 0) -> None:
+    def __init__(self, specs: Iterable[CameraSpec], log_throttle_period: float, held_samples: int) -> None:
         """`held_samples`: what a camera's subscription may hold while its slot is full (`hold_samples`)."""
         self.times = StageTimes(STAGES)
         self.cameras = {
@@ -168,7 +168,7 @@ class Intake:
 
     def hold_samples(self, cam: Camera) -> None:
         """Let `cam`'s (new) subscription hold up to `held_samples` samples while the camera's slot is full
-        (subscription.SampleIntake.hold_while says why; the node's `held_samples` parameter, 3 by default:
+        (subscription.SampleIntake.hold_while says why; the node's `held_samples` parameter:
         docs/cameras-and-capacity.md has what 1, 2 and 3 measured)."""
         key = cam.spec.topic
         cam.images.intake.hold_while(lambda: self.slots.holds(key), self.held_samples)
