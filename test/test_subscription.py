@@ -188,6 +188,82 @@ def test_cyclone_takes_what_waited_in_one_take_and_hands_every_sample_on_in_orde
         b.close()
 
 
+def _matched(pub, sub) -> None:
+    deadline = time.monotonic() + 20
+    while not (pub.matched() and sub.matched()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pub.matched() and sub.matched()
+
+
+@pytest.mark.parametrize("most", [0, 5])
+def test_a_busy_subscriber_finds_its_samples_waiting_in_the_reader_and_takes_them_itself(dds_domain, monkeypatch, most):
+    """Paced (cyclone.py): while the subscriber is busy, samples wait in the reader with no wake-up of the take
+    thread each (its drain is pushed past the test here); the subscriber's `release_held` (what the node's
+    worker calls before it takes) hands every one on, in order, on the subscriber's own thread, in one take.
+    `most` 0 asks for no holding: each sample is handed on by the take thread as it comes."""
+    import threading
+
+    from cyclonedds.util import duration
+
+    from openclaw_vision.ros import cyclone
+
+    monkeypatch.setattr(cyclone, "DRAIN_MIN_S", 60.0)
+    monkeypatch.setattr(cyclone, "DRAIN_MAX_S", 60.0)
+    a, b = cyclone.CycloneTransport("sender"), cyclone.CycloneTransport("receiver")
+    got = []
+    try:
+        sub = b.subscribe("/cam/image_raw", IMAGE, QoS("reliable", 10),
+                          lambda msg, _dt: got.append((msg.header.stamp.sec, threading.current_thread())))  # fmt: skip
+        sub.intake.hold_while(lambda: True, most)
+        pub = a.publisher("/cam/image_raw", IMAGE, QoS("reliable", 10, "keep_all"))
+        _matched(pub, sub)
+        for sec in range(5):
+            pub.publish(image("f", sec=sec))
+        assert pub._writer.wait_for_acks(duration(seconds=20))  # acknowledged: in the reader's history
+        deadline = time.monotonic() + 20
+        if most:
+            assert got == []  # waiting in the reader, not taken
+            sub.intake.release_held()
+            assert [sec for sec, _ in got] == [0, 1, 2, 3, 4] and {t for _, t in got} == {threading.current_thread()}
+            assert sub.takes == 1
+        else:
+            while len(got) < 5 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert [sec for sec, _ in got] == [0, 1, 2, 3, 4]
+            assert {t.name for _, t in got} == {"dds-take/cam/image_raw"}
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_reader_left_busy_is_drained_a_few_samples_at_a_time_every_sample_in_order(dds_domain):
+    """A subscriber that stays busy never takes: the take thread drains the reader itself, about `most`
+    samples' time apart (cyclone.drain_after), so 12 frames of a 30 fps camera come in a few takes, not 12,
+    each handed on once, in order, on the take thread."""
+    from openclaw_vision.ros.cyclone import CycloneTransport
+
+    a, b = CycloneTransport("sender"), CycloneTransport("receiver")
+    got = []
+    try:
+        sub = b.subscribe(
+            "/cam/image_raw", IMAGE, QoS("reliable", 10), lambda msg, _dt: got.append(msg.header.stamp.sec)
+        )
+        sub.intake.hold_while(lambda: True, 3)
+        pub = a.publisher("/cam/image_raw", IMAGE, QoS("reliable", 10, "keep_all"))
+        _matched(pub, sub)
+        for sec in range(12):
+            pub.publish(image("f", sec=sec))
+            time.sleep(1 / 30)  # the camera's rate, not a timing assertion
+        deadline = time.monotonic() + 20
+        while len(got) < 12 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert got == list(range(12)) and sub.intake.held == 0
+        assert sub.takes <= 6, sub.takes  # together: one wake-up and one take for several samples
+    finally:
+        a.close()
+        b.close()
+
+
 class FakeClock:
     """A monotonic clock the test steps: no test here waits for real time to pass."""
 

@@ -18,17 +18,20 @@ thread over a measured window and divided by the frames the node received in it:
   Split into the intake (decode, validate, count: SampleIntake's calls, timed alike) and the rest of
   our take thread (waking, `dds_takecdr`).
 
-Two take paths on Cyclone, side by side in one run: `all` (the node's: one wake-up and one
-`dds_takecdr` for everything the reader holds) and `one` (a take per sample: the path before issue 38,
-cyclone.TAKE_AT_MOST = 1). Every sample goes through the node's whole intake either way (decoded,
+Two take paths on Cyclone, side by side in one run: `all` (the node's: one wake-up and one `dds_takecdr` for
+everything the reader holds, and while the camera's slot is full its samples left in the reader and taken
+together: cyclone.py, "Paced") and `one` (a take per sample as it comes: the path before issue 38,
+cyclone.TAKE_AT_MOST = 1, not paced). Every sample goes through the node's whole intake either way (decoded,
 checked, counted: subscription.py says why the older ones are not skipped). Every path runs the node's own
 malloc settings (one arena, freed frame buffers kept in the heap: core/heap.py); full runs add `all+glibc`,
 the node with glibc's own thresholds (`frame_heap_mb` 0), where a camera's replaced frame can go back to the
-kernel inside our intake and the next one's pages are faulted in again in the transport's receive. Each
-beside nothing (`idle`) and beside one busy process per core (`hogs`: the encode and the camera drivers
-a robot runs, where the take thread falls behind and the reader fills). rclpy hands every sample over
-one at a time (its executor: one take per callback), so it has one path, `one`; it is measured where rclpy imports (a
-sourced Humble: scripts/receive_cost.py --drop runs both transports on the shared Humble).
+kernel inside our intake and the next one's pages are faulted in again in the transport's receive. Each beside
+nothing (`idle`) and beside one busy process per core (`hogs`: the encode and the camera drivers a robot runs,
+where the take thread falls behind and the reader fills). rclpy hands every sample over one at a time (its
+executor: one take per callback), so it has one path, `one`; it is measured where rclpy imports (a sourced
+Humble: scripts/receive_cost.py --drop runs both transports on the shared Humble). `+before`
+(scripts/receive_cost.py --drop) is the node before pacing: on Cyclone every sample taken as it comes, and
+`held_samples` 3, its default then.
 
     openclaw-vision bench --mode capacity    (a section of its report)
     python -m openclaw_vision.bench.dropcost [--quick] [--out DIR]     (this section alone)
@@ -57,9 +60,10 @@ PATHS = ("one", "all")
 #: a path's suffix for the node with glibc's own malloc thresholds (frame_heap_mb 0) in place of its default, which
 #: keeps freed frame buffers in the heap (core/heap.py): measured beside the default in full runs
 GLIBC = "+glibc"
-#: a path's suffix for the node holding one sample per busy camera (`held_samples` 1, its default before it was 3:
-#: intake.Intake.hold_samples) in place of its default: measured beside it by scripts/receive_cost.py --drop
-HELD1 = "+held1"
+#: a path's suffix for the node as it was before pacing (cyclone.PACED off: every sample taken as it comes) holding
+#: three samples per busy camera (`held_samples` 3, its default then) in place of its default: measured beside it by
+#: scripts/receive_cost.py --drop (under rclpy, which is never paced, only the 3)
+BEFORE = "+before"
 LOADS = ("idle", "hogs")
 #: (cameras, fps per camera, measured seconds, warm-up seconds) of a full run and of --quick
 SETUP = {False: (4, 30.0, 8.0, 2.0), True: (1, 30.0, 2.0, 1.0)}
@@ -90,7 +94,8 @@ class PausedEncoder:
 
 class IntakeClock:
     """CPU seconds our SampleIntake calls (decode, validate, the node's count and slot) spent, by thread CPU
-    clock: installed around the class's entry point in the receiver process only."""
+    clock: installed around the class's two entry points (a sample as it comes, and one a paced reader's
+    drain or the worker's pull hands on at once) in the receiver process only."""
 
     def __init__(self) -> None:
         from ..ros.subscription import SampleIntake
@@ -98,6 +103,7 @@ class IntakeClock:
         self.cpu_s = 0.0
         self.calls = 0
         SampleIntake.__call__ = self._timed(SampleIntake.__call__)
+        SampleIntake.now = self._timed(SampleIntake.now)
 
     def _timed(self, fn):
         def timed(intake, *args, **kwargs):
@@ -176,13 +182,15 @@ def receive(transport: str, path: str, topics: Sequence[str], seconds: float, wa
     if transport == "cyclonedds":  # rclpy takes one per callback whatever we ask (and may lack cyclonedds)
         from ..ros import cyclone
 
-        cyclone.TAKE_AT_MOST = 1 if path.split("+")[0] == "one" else None  # before the subscriptions are made
+        one = path.split("+")[0] == "one"
+        cyclone.TAKE_AT_MOST = 1 if one else None  # before the subscriptions are made
+        cyclone.PACED = not one and BEFORE not in path
     clock = IntakeClock()
     t = create_transport(transport, "dropcost_receiver", [])
     enc = PausedEncoder()
     changed = {"frame_heap_mb": 0} if GLIBC in path else {}  # else the node's defaults
-    if HELD1 in path:
-        changed["held_samples"] = 1
+    if BEFORE in path:
+        changed["held_samples"] = 3
     node = EncoderNode(EncoderConfig(image_topics=tuple(topics), diagnostics_period=3600.0, **changed), t, enc)
     try:
         node.start()

@@ -10,7 +10,9 @@ reliable write, for an acknowledgement that only that receive thread would proce
 deadlock we saw as 10 s write timeouts. Readers keep every sample until we take it (KEEP_ALL
 within a resource limit), so no sample is overwritten unseen; what DDS could not keep is
 reported by `lost()`. Each wake-up takes all the reader holds in one `dds_takecdr` (at most
-TAKE_AT_MOST): one wake-up and one take for every sample a busy moment left waiting.
+TAKE_AT_MOST): one wake-up and one take for every sample a busy moment left waiting. While the
+subscriber is busy (the encoder node's camera whose slot holds a frame the worker has not taken), its
+samples are left waiting on purpose and taken a few at a time (`_Subscription`, "Paced").
 
 Samples are taken serialized and handed to the subscription core both transports share
 (subscription.py: decode, time, count, guard the callback): sensor_msgs/Image and CompressedImage
@@ -211,6 +213,20 @@ class Taker:
 
 #: Seconds a take thread pauses after a failed take before it waits and takes again.
 TAKE_RETRY_S = 0.1
+#: False: a busy subscriber's samples are taken as they come, one wake-up each, and held in the intake (the node
+#: before pacing), which bench/dropcost.py measures beside the paced node.
+PACED = True
+#: The longest and shortest a paced reader is left to fill before its thread drains it (`drain_after`).
+DRAIN_MAX_S, DRAIN_MIN_S = 0.5, 0.005
+
+
+def drain_after(most: int, taken: int, seconds: float) -> float:
+    """How long a paced reader may fill before its thread drains it: `most` samples (what the subscriber may
+    have held) at the rate of the last fill (`taken` samples in `seconds`), within DRAIN_MIN_S..DRAIN_MAX_S.
+    Nothing taken yet: the shortest, so a reader's first fill is measured before it is trusted."""
+    if taken <= 0 or seconds <= 0:
+        return DRAIN_MIN_S
+    return min(DRAIN_MAX_S, max(DRAIN_MIN_S, most * seconds / taken))
 
 
 class _Subscription:
@@ -221,7 +237,15 @@ class _Subscription:
     read condition is a level (set while the reader holds a sample, and dds_waitset_wait checks it before
     it blocks: eclipse-cyclonedds/cyclonedds, src/core/ddsc/src/dds_waitset.c), so a sample that came
     meanwhile ends the wait at once. `takes` counts the calls that found samples (samples per take: how far
-    behind the thread was)."""
+    behind the thread was).
+
+    **Paced** (issue 38): while the intake would hold a sample (`SampleIntake.holding`: the encoder node's
+    camera whose slot holds a frame the worker has not taken), the samples wait in the reader instead, with
+    no wake-up of this thread each: it waits for the subscriber to take (`SampleIntake.room`) or for the
+    time `most` samples take to come (`drain_after`), then takes them all in one call. The subscriber takes
+    what waits itself when it wants the newest (`SampleIntake.pull`, on its thread). Every sample still goes
+    through the intake, in order; what pacing saves is the wake-ups, a wake-up of this thread cold from the
+    frame Cyclone just assembled being most of what a dropped frame cost us (bench/dropcost.py)."""
 
     def __init__(self, participant, topic_obj, qos: QoS, intake: SampleIntake) -> None:
         from cyclonedds.core import InstanceState, ReadCondition, SampleState, ViewState, WaitSet
@@ -244,6 +268,11 @@ class _Subscription:
         self._reliable = qos.reliability == "reliable"
         self.take_failures = Throttle()  # .total: takes that raised
         self._stop = threading.Event()
+        self._take_lock = threading.Lock()  # one take and its samples' intake, whole: this thread's or a pull's
+        self.drain_s = DRAIN_MIN_S  # paced: how long samples may wait in the reader (`drain_after`)
+        self._emptied = time.monotonic()  # when a take last left the reader empty
+        if PACED:
+            intake.pull = self._pull
         self._thread = threads.Thread(target=self._run, name=f"dds-take{intake.topic}", daemon=True)
         self._thread.start()
 
@@ -259,28 +288,57 @@ class _Subscription:
             raise DDSException(ret, f"taking a sample on {self.intake.topic}")
         return Taken(len(ret), [raw for raw, info in ret if info.valid_data])
 
-    def _run(self) -> None:
-        from cyclonedds.util import duration
+    def _pull(self) -> None:
+        """The subscriber wants the newest: what waits in the reader, handled on its thread (each at once)."""
+        self._take_all(self.intake.now)
 
-        while not self._stop.is_set():
-            self._waitset.wait(duration(milliseconds=100))
-            while not self._stop.is_set():
+    def _take_all(self, hand) -> int:
+        """Take everything the reader holds and `hand` it on, oldest first: how many samples were taken, or -1
+        if a take failed (logged, throttled). Each time the reader is left empty, the samples since it last was
+        set how long a paced reader may fill (`drain_after`)."""
+        n = 0
+        while True:
+            with self._take_lock:
+                if self._stop.is_set():  # closing: the reader goes, nothing more is taken
+                    return n
                 t0 = time.perf_counter()
                 try:
                     taken = self._take()
                 except Exception as err:
                     self.take_failures.failure(log, f"take on {self.intake.topic} failed", err)
-                    self._stop.wait(TAKE_RETRY_S)  # the reader still signals data: without a pause, a hot loop
-                    break
-                if not taken.count:
-                    break
-                self.takes += 1
-                drained = taken.count < self._most  # the reader had no more: the next sample wakes the wait
-                for raw in taken.samples:  # oldest first, each through the intake (subscription.py)
-                    self.intake(raw, t0)
+                    return -1
+                if taken.count:
+                    self.takes += 1
+                    n += taken.count
+                    for raw in taken.samples:  # oldest first, each through the intake (subscription.py)
+                        hand(raw, t0)
+                drained = taken.count < self._most  # the reader had no more: one dds_takecdr, not two
                 taken = raw = None  # keep no sample alive here: its bytes go back when its users are done
-                if drained:  # a second take would find nothing: one dds_takecdr a wake-up, not two
-                    break
+                if drained:
+                    now = time.monotonic()
+                    if n:
+                        self.drain_s = drain_after(self.intake.most, n, now - self._emptied)
+                        self._emptied = now
+                    return n
+
+    def _run(self) -> None:
+        from cyclonedds.util import duration
+
+        room = self.intake.room
+        while not self._stop.is_set():
+            if PACED and self.intake.holding():  # the subscriber is busy: samples wait in the reader (class doc)
+                room.wait(self.drain_s)
+                room.clear()
+                if self.intake.holding():  # still busy: drain, every sample handled now, back to back
+                    taken = self._take_all(self.intake.now)
+                    if taken < 0:
+                        self._stop.wait(TAKE_RETRY_S)
+                    elif taken == 0:  # nothing came (a silent camera): wait twice as long before looking again
+                        self.drain_s = min(DRAIN_MAX_S, 2 * self.drain_s)
+                    continue
+            self._waitset.wait(duration(milliseconds=100))
+            if self._take_all(self.intake) < 0:  # the reader still signals data: without a pause, a hot loop
+                self._stop.wait(TAKE_RETRY_S)
 
     def matched(self) -> int:
         return len(self._reader.get_matched_publications())
@@ -301,10 +359,12 @@ class _Subscription:
 
     def close(self) -> None:
         self._stop.set()
+        self.intake.room.set()
         self._thread.join(timeout=2)
-        if self._reader is not None:
-            self._lost_at_close = self.lost()
-            self._waitset = self._cond = self._reader = None  # the last references: DDS deletes the reader
+        with self._take_lock:  # a pull in flight ends first; later ones find the stop set
+            if self._reader is not None:
+                self._lost_at_close = self.lost()
+                self._waitset = self._cond = self._reader = None  # the last references: DDS deletes the reader
 
 
 #: QoS of both endpoints of a service: rclpy's qos_profile_services_default (reliable, keep_last 10, volatile)

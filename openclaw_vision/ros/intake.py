@@ -4,9 +4,11 @@ features go, each camera's counts, and every sample from its transport thread in
     transport thread: sample → `received` (its stamp into the camera's gap estimate) → validated into a
                       Frame (bytes that are not an image: `rejected`, logged) → the camera's slot; a frame
                       it displaces, never taken by the worker: `dropped`
-    while the slot is full, a camera's subscription holds up to `held_samples` samples undecoded and handles
-    them with the next one (fewer cold runs of this path, subscription.SampleIntake); the worker's `take`
-    handles what is held first, so it always takes each camera's newest frame
+    while the slot is full, a camera's samples wait: on the pip path in the DDS reader, taken together about
+    `held_samples` frames' time apart (cyclone.py, "Paced": no wake-up of the transport thread per sample);
+    under rclpy, whose executor takes each sample, up to `held_samples` held undecoded in the subscription
+    (subscription.SampleIntake). Either way they are handled back to back (fewer cold runs of this path), and
+    the worker's `take` handles what waits first, so it always takes each camera's newest frame
 
 Cameras: `image_topic` (one camera, features on `features_topic`) or `image_topics` (N cameras; camera k's
 features on `features_pattern` with {camera} = its topic's namespace, e.g. /front/image_raw →
@@ -185,9 +187,13 @@ class Intake:
             cam.images.intake.release_held()
 
     def take(self, limit: int = 1, timeout: float | None = None, lend: bool = False) -> list[tuple]:
-        """The worker's take (scheduler.Slots): what is held first, then the slots' newest frames."""
+        """The worker's take (scheduler.Slots): what is held or waits in a reader first, then the slots' newest
+        frames; the subscriptions of the cameras taken may take samples as they come again."""
         self.release_held()
-        return self.slots.take(limit, timeout, lend)
+        got = self.slots.take(limit, timeout, lend)
+        for key, _ in got:
+            self.cameras[key].images.intake.taken()
+        return got
 
     def give_back(self, keys: list) -> None:
         """A lane's batch is out (scheduler.Slots): its cameras may be taken again, with what they held

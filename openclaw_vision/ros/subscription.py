@@ -18,7 +18,10 @@ thing from our `QoS`, and say in one place where they cannot.
 
 **What a dropped frame costs here.** Where the reader lets us take everything it holds in one call
 (Cyclone: `dds_takecdr` with a limit), one wake-up and one take serve every sample waiting, however
-many a busy moment left there. Each sample still comes through this core and the node's checks: a
+many a busy moment left there; and while the subscriber is busy, Cyclone's samples are left in the
+reader and taken together, about `most` samples' time apart or when the subscriber wants the newest
+(`pull`, `now`; cyclone.py, "Paced"): a wake-up of the take thread per sample was most of what a
+dropped frame cost on the pip path. Each sample still comes through this core and the node's checks: a
 frame is decoded by reading its ~60 bytes of fields (its pixels stay a view of the sample and are never
 touched before the worker takes the frame), checked, and only then may it displace its camera's newest
 frame. Never decoding the older samples of a take was tried (issue 38) and given up: a bad image among
@@ -26,9 +29,10 @@ them would be counted as a drop instead of rejected and logged, and a garbage fr
 push out the valid one before it (the reliability fuzz and the multi-camera test caught both). What
 costs is not the ~15 µs those calls take warm in a loop but running them cold after each 6 MB sample
 (0.15-0.2 core-ms): so a subscriber may have samples held and decoded a little later, back to back
-(`SampleIntake`, "Holding"), every one still in order (`bench/dropcost.py`'s table says what a dropped
-frame costs). Where the reader hands samples over one at a time (rclpy's executor: one take per
-callback, its two copies already made) every sample costs rclpy's take: its floor, beside our share.
+(`SampleIntake`, "Holding"; on Cyclone they wait in the reader), every one still in order
+(`bench/dropcost.py`'s table says what a dropped frame costs). Where the reader hands samples over one
+at a time (rclpy's executor: one take per callback, its two copies already made) every sample costs
+rclpy's take: its floor, beside our share.
 """
 
 from __future__ import annotations
@@ -148,7 +152,9 @@ class SampleIntake:
     to `most` samples wait undecoded and are then handled back to back with the next, where the code is
     warm after the first. The subscriber releases them before it takes, so its newest frame is never
     left behind a held one; what is held costs up to `most` more samples of memory per subscription
-    while it is busy."""
+    while it is busy. A transport that can leave the samples in its reader instead (Cyclone: no wake-up
+    of its thread per sample) asks `holding()` before it takes, hands a batch on with `now`, and gives
+    `pull`, which `release_held` calls; `taken()` tells it the subscriber has room again."""
 
     def __init__(self, topic: str, ros_type: str, callback: Callback, generic: Callable[[Any], Any]) -> None:
         self.topic, self._callback = topic, callback
@@ -160,12 +166,33 @@ class SampleIntake:
         self._most = 0
         self._held: list[Any] = []
         self._lock = threading.Lock()
+        #: set by a transport that can leave samples in its reader while the subscriber is busy (Cyclone): takes
+        #: them and hands each to `now`; `release_held` calls it, so what waits there is handled too
+        self.pull: Callable[[], None] | None = None
+        #: set when the subscriber took its last sample (`taken`): a transport thread waiting while it was busy
+        #: goes back to taking
+        self.room = threading.Event()
 
     def hold_while(self, busy: Callable[[], bool], most: int) -> None:
         """From now on, while `busy()`, keep up to `most` samples undecoded (class doc); 0: none. Once asked,
         every sample passes the lock, so one held earlier and one arriving now are still handed on in order."""
         with self._lock:
             self._busy, self._most = busy, max(0, most)
+        self.room.set()  # a transport thread waiting on the old rule looks again
+
+    @property
+    def most(self) -> int:
+        """How many samples a busy subscriber may have held."""
+        return self._most
+
+    def holding(self) -> bool:
+        """Whether a sample arriving now would be held (the subscriber is busy and asked for holding)."""
+        busy = self._busy
+        return busy is not None and self._most > 0 and busy()
+
+    def taken(self) -> None:
+        """The subscriber took its last sample: a transport thread waiting while it was busy takes again."""
+        self.room.set()
 
     @property
     def held(self) -> int:
@@ -173,10 +200,20 @@ class SampleIntake:
         return len(self._held)
 
     def release_held(self) -> None:
-        """Handle the samples held so far, oldest first, on the calling thread."""
+        """Handle the samples held so far, oldest first, on the calling thread, then what waits in the
+        transport's reader (`pull`), so the subscriber's newest sample is the newest that came."""
         if self._held:
             with self._lock:
                 self._handle_held()
+        if self.pull is not None:
+            self.pull()
+
+    def now(self, raw: Any, t0: float | None = None) -> None:
+        """Take one sample in and handle it at once, after what is held (`pull`'s samples: the subscriber
+        wants the newest now)."""
+        with self._lock:
+            self._handle_held()
+            self._handle(raw, t0)
 
     def _handle_held(self) -> None:
         held, self._held = self._held, []
