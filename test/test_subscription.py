@@ -264,6 +264,18 @@ def test_a_reader_left_busy_is_drained_a_few_samples_at_a_time_every_sample_in_o
         b.close()
 
 
+def test_a_paced_reader_is_drained_about_most_samples_apart_never_past_half_its_depth():
+    """cyclone.drain_after: 8 samples of a 30 fps camera take ~0.27 s; 40 would overfill a 32-sample reader, so
+    half its depth counts; a camera never measured is looked at soon, and a slow one at most DRAIN_MAX_S apart."""
+    from openclaw_vision.ros.cyclone import DRAIN_MAX_S, DRAIN_MIN_S, drain_after
+
+    assert drain_after(8, 32, 30, 1.0) == pytest.approx(8 / 30)
+    assert drain_after(40, 32, 300, 1.0) == pytest.approx(16 / 300)
+    assert drain_after(8, 32, 0, 1.0) == DRAIN_MIN_S
+    assert drain_after(8, 32, 2, 10.0) == DRAIN_MAX_S
+    assert drain_after(8, 32, 1000, 0.001) == DRAIN_MIN_S
+
+
 class FakeClock:
     """A monotonic clock the test steps: no test here waits for real time to pass."""
 

@@ -216,17 +216,20 @@ TAKE_RETRY_S = 0.1
 #: False: a busy subscriber's samples are taken as they come, one wake-up each, and held in the intake (the node
 #: before pacing), which bench/dropcost.py measures beside the paced node.
 PACED = True
-#: The longest and shortest a paced reader is left to fill before its thread drains it (`drain_after`).
-DRAIN_MAX_S, DRAIN_MIN_S = 0.5, 0.005
+#: The longest and shortest a paced reader is left to fill before its thread drains it (`drain_after`). The longest
+#: bounds what a camera that was silent and starts again can fill: a reader of READER_BUFFER (32) samples holds 0.3 s
+#: of a camera up to ~100 fps before it rejects (flow control on reliable, a counted loss on best effort).
+DRAIN_MAX_S, DRAIN_MIN_S = 0.3, 0.005
 
 
-def drain_after(most: int, taken: int, seconds: float) -> float:
-    """How long a paced reader may fill before its thread drains it: `most` samples (what the subscriber may
-    have held) at the rate of the last fill (`taken` samples in `seconds`), within DRAIN_MIN_S..DRAIN_MAX_S.
-    Nothing taken yet: the shortest, so a reader's first fill is measured before it is trusted."""
+def drain_after(most: int, depth: int, taken: int, seconds: float) -> float:
+    """How long a paced reader of `depth` samples may fill before its thread drains it: `most` samples (what
+    the subscriber may have held; at most half the depth, so a burst of twice the rate still fits) at the rate
+    of the last fill (`taken` samples in `seconds`), within DRAIN_MIN_S..DRAIN_MAX_S. Nothing taken yet: the
+    shortest, so a reader's first fill is measured before it is trusted."""
     if taken <= 0 or seconds <= 0:
         return DRAIN_MIN_S
-    return min(DRAIN_MAX_S, max(DRAIN_MIN_S, most * seconds / taken))
+    return min(DRAIN_MAX_S, max(DRAIN_MIN_S, min(most, depth // 2) * seconds / taken))
 
 
 class _Subscription:
@@ -260,6 +263,7 @@ class _Subscription:
         self.intake = intake
         self._lib = _ddsc()
         self.zero_copy = self._lib is not None  # else the binding's take, one copy
+        self._depth = rq.depth  # the most samples the reader holds untaken
         self._most = min(rq.depth, TAKE_AT_MOST or rq.depth)
         self._taker = None
         if self.zero_copy:
@@ -317,7 +321,7 @@ class _Subscription:
                 if drained:
                     now = time.monotonic()
                     if n:
-                        self.drain_s = drain_after(self.intake.most, n, now - self._emptied)
+                        self.drain_s = drain_after(self.intake.most, self._depth, n, now - self._emptied)
                         self._emptied = now
                     return n
 
