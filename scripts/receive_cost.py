@@ -8,8 +8,8 @@ real Humble (issue 27 item 4). A measurement, not a test: it prints numbers and 
 encoder paused, four 1080p cameras at --fps), on the pip path (a take per sample, and all per take) and under
 rclpy on the real Humble, each idle and beside one CPU hog per core: the transport's floor beside our share;
 `+glibc`: the node with glibc's own malloc thresholds (frame_heap_mb 0) in place of its default (dropcost.GLIBC);
-`+before`: the node before pacing (every sample taken as it comes, held_samples 3; under rclpy only the 3) in place
-of its default (dropcost.BEFORE).
+`+before`: the node before pacing (every sample taken as it comes: reader_samples 0) in place of its default, on the
+pip path (dropcost.BEFORE; rclpy is never paced).
 
 For each transport, ros/echo.py (the encoder node's subscription, QoS and frame validation, a header
 sent back per frame, no encode) receives one camera of raw rgb8 1080p frames from the capacity bench's
@@ -97,7 +97,7 @@ def drop_cost(args, ros2, bag: Path) -> int:
     pip, rclpy = (None, None), (robot, ros2.environ())
     setups = {("cyclonedds", "one"): pip, ("cyclonedds", "all"): pip, ("cyclonedds", "all" + dropcost.GLIBC): pip,
               ("cyclonedds", "all" + dropcost.BEFORE): pip, ("rclpy", "one"): rclpy,
-              ("rclpy", "one" + dropcost.GLIBC): rclpy, ("rclpy", "one" + dropcost.BEFORE): rclpy}  # fmt: skip
+              ("rclpy", "one" + dropcost.GLIBC): rclpy}  # fmt: skip
     cwd = {"rclpy": args.work}  # outside the checkout: the colcon install's package (its messages) is imported
     rows = []
     for r in range(args.rounds):

@@ -430,13 +430,13 @@ def one_camera_node(enc, overlap: bool, **cfg):
 @pytest.mark.dds
 def test_a_busy_cameras_frames_wait_in_its_reader_and_come_in_a_few_at_a_time(tiny_model, dds_domain):
     """While frame 1 is in the model and frame 2 waits in the camera's slot, the twelve frames a 30 fps
-    camera sends next wait in the reader and are taken a few at a time (`held_samples` 3: about three
+    camera sends next wait in the reader and are taken a few at a time (`reader_samples` 3: about three
     frames' time apart), not one wake-up each; every one is still received, checked and counted once, and
     when the encoder goes on the newest is encoded last."""
     enc = GatedEncoder(OnnxRuntimeEncoder(tiny_model, threads=1))
     rows = np.random.default_rng(0).integers(0, 256, (48, 64 * 3), np.uint8)
     last = 14
-    with one_camera_node(enc, False, held_samples=3) as (node, cam_t, pub, feats):
+    with one_camera_node(enc, False, reader_samples=3) as (node, cam_t, pub, feats):
         pub.publish(_image(cam_t, 1, "front", rows, 48, 64, "rgb8"))
         assert enc.inside.wait(30)  # frame 1 is in the model call, held there
         pub.publish(_image(cam_t, 2, "front", rows, 48, 64, "rgb8"))

@@ -195,12 +195,14 @@ def _matched(pub, sub) -> None:
     assert pub.matched() and sub.matched()
 
 
-@pytest.mark.parametrize("most", [0, 5])
-def test_a_busy_subscriber_finds_its_samples_waiting_in_the_reader_and_takes_them_itself(dds_domain, monkeypatch, most):
+@pytest.mark.parametrize("in_reader", [0, 5])
+def test_a_busy_subscriber_finds_its_samples_waiting_in_the_reader_and_takes_them_itself(
+    dds_domain, monkeypatch, in_reader
+):
     """Paced (cyclone.py): while the subscriber is busy, samples wait in the reader with no wake-up of the take
     thread each (its drain is pushed past the test here); the subscriber's `release_held` (what the node's
     worker calls before it takes) hands every one on, in order, on the subscriber's own thread, in one take.
-    `most` 0 asks for no holding: each sample is handed on by the take thread as it comes."""
+    `in_reader` 0 asks for no pacing: each sample is handed on by the take thread as it comes."""
     import threading
 
     from cyclonedds.util import duration
@@ -214,14 +216,14 @@ def test_a_busy_subscriber_finds_its_samples_waiting_in_the_reader_and_takes_the
     try:
         sub = b.subscribe("/cam/image_raw", IMAGE, QoS("reliable", 10),
                           lambda msg, _dt: got.append((msg.header.stamp.sec, threading.current_thread())))  # fmt: skip
-        sub.intake.hold_while(lambda: True, most)
+        sub.intake.hold_while(lambda: True, 0, in_reader)
         pub = a.publisher("/cam/image_raw", IMAGE, QoS("reliable", 10, "keep_all"))
         _matched(pub, sub)
         for sec in range(5):
             pub.publish(image("f", sec=sec))
         assert pub._writer.wait_for_acks(duration(seconds=20))  # acknowledged: in the reader's history
         deadline = time.monotonic() + 20
-        if most:
+        if in_reader:
             assert got == []  # waiting in the reader, not taken
             sub.intake.release_held()
             assert [sec for sec, _ in got] == [0, 1, 2, 3, 4] and {t for _, t in got} == {threading.current_thread()}
@@ -237,7 +239,7 @@ def test_a_busy_subscriber_finds_its_samples_waiting_in_the_reader_and_takes_the
 
 
 def test_a_reader_left_busy_is_drained_a_few_samples_at_a_time_every_sample_in_order(dds_domain):
-    """A subscriber that stays busy never takes: the take thread drains the reader itself, about `most`
+    """A subscriber that stays busy never takes: the take thread drains the reader itself, about `in_reader`
     samples' time apart (cyclone.drain_after), so 12 frames of a 30 fps camera come in a few takes, not 12,
     each handed on once, in order, on the take thread."""
     from openclaw_vision.ros.cyclone import CycloneTransport
@@ -248,7 +250,7 @@ def test_a_reader_left_busy_is_drained_a_few_samples_at_a_time_every_sample_in_o
         sub = b.subscribe(
             "/cam/image_raw", IMAGE, QoS("reliable", 10), lambda msg, _dt: got.append(msg.header.stamp.sec)
         )
-        sub.intake.hold_while(lambda: True, 3)
+        sub.intake.hold_while(lambda: True, 0, 3)
         pub = a.publisher("/cam/image_raw", IMAGE, QoS("reliable", 10, "keep_all"))
         _matched(pub, sub)
         for sec in range(12):

@@ -30,8 +30,8 @@ nothing (`idle`) and beside one busy process per core (`hogs`: the encode and th
 where the take thread falls behind and the reader fills). rclpy hands every sample over one at a time (its
 executor: one take per callback), so it has one path, `one`; it is measured where rclpy imports (a sourced
 Humble: scripts/receive_cost.py --drop runs both transports on the shared Humble). `+before`
-(scripts/receive_cost.py --drop) is the node before pacing: on Cyclone every sample taken as it comes, and
-`held_samples` 3, its default then.
+(scripts/receive_cost.py --drop) is the node before pacing: every sample taken as it comes (`reader_samples`
+0).
 
     openclaw-vision bench --mode capacity    (a section of its report)
     python -m openclaw_vision.bench.dropcost [--quick] [--out DIR]     (this section alone)
@@ -60,9 +60,8 @@ PATHS = ("one", "all")
 #: a path's suffix for the node with glibc's own malloc thresholds (frame_heap_mb 0) in place of its default, which
 #: keeps freed frame buffers in the heap (core/heap.py): measured beside the default in full runs
 GLIBC = "+glibc"
-#: a path's suffix for the node as it was before pacing (cyclone.PACED off: every sample taken as it comes) holding
-#: three samples per busy camera (`held_samples` 3, its default then) in place of its default: measured beside it by
-#: scripts/receive_cost.py --drop (under rclpy, which is never paced, only the 3)
+#: a path's suffix for the node as it was before pacing (`reader_samples` 0: every sample taken as it comes) in place
+#: of its default: measured beside it on Cyclone by scripts/receive_cost.py --drop (rclpy is never paced)
 BEFORE = "+before"
 LOADS = ("idle", "hogs")
 #: (cameras, fps per camera, measured seconds, warm-up seconds) of a full run and of --quick
@@ -182,15 +181,13 @@ def receive(transport: str, path: str, topics: Sequence[str], seconds: float, wa
     if transport == "cyclonedds":  # rclpy takes one per callback whatever we ask (and may lack cyclonedds)
         from ..ros import cyclone
 
-        one = path.split("+")[0] == "one"
-        cyclone.TAKE_AT_MOST = 1 if one else None  # before the subscriptions are made
-        cyclone.PACED = not one and BEFORE not in path
+        cyclone.TAKE_AT_MOST = 1 if path.split("+")[0] == "one" else None  # before the subscriptions are made
     clock = IntakeClock()
     t = create_transport(transport, "dropcost_receiver", [])
     enc = PausedEncoder()
     changed = {"frame_heap_mb": 0} if GLIBC in path else {}  # else the node's defaults
-    if BEFORE in path:
-        changed["held_samples"] = 3
+    if BEFORE in path or path.split("+")[0] == "one":  # a take per sample as it comes: not paced either
+        changed["reader_samples"] = 0
     node = EncoderNode(EncoderConfig(image_topics=tuple(topics), diagnostics_period=3600.0, **changed), t, enc)
     try:
         node.start()

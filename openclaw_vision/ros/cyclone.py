@@ -213,9 +213,6 @@ class Taker:
 
 #: Seconds a take thread pauses after a failed take before it waits and takes again.
 TAKE_RETRY_S = 0.1
-#: False: a busy subscriber's samples are taken as they come, one wake-up each, and held in the intake (the node
-#: before pacing), which bench/dropcost.py measures beside the paced node.
-PACED = True
 #: The longest and shortest a paced reader is left to fill before its thread drains it (`drain_after`). The longest
 #: bounds what a camera that was silent and starts again can fill: a reader of READER_BUFFER (32) samples holds 0.3 s
 #: of a camera up to ~100 fps before it rejects (flow control on reliable, a counted loss on best effort).
@@ -224,8 +221,8 @@ DRAIN_MAX_S, DRAIN_MIN_S = 0.3, 0.005
 
 def drain_after(most: int, depth: int, taken: int, seconds: float) -> float:
     """How long a paced reader of `depth` samples may fill before its thread drains it: `most` samples (what
-    the subscriber may have held; at most half the depth, so a burst of twice the rate still fits) at the rate
-    of the last fill (`taken` samples in `seconds`), within DRAIN_MIN_S..DRAIN_MAX_S. Nothing taken yet: the
+    the subscriber lets wait there; at most half the depth, so a burst of twice the rate still fits) at the
+    rate of the last fill (`taken` samples in `seconds`), within DRAIN_MIN_S..DRAIN_MAX_S. Nothing taken yet: the
     shortest, so a reader's first fill is measured before it is trusted."""
     if taken <= 0 or seconds <= 0:
         return DRAIN_MIN_S
@@ -242,10 +239,10 @@ class _Subscription:
     meanwhile ends the wait at once. `takes` counts the calls that found samples (samples per take: how far
     behind the thread was).
 
-    **Paced** (issue 38): while the intake would hold a sample (`SampleIntake.holding`: the encoder node's
-    camera whose slot holds a frame the worker has not taken), the samples wait in the reader instead, with
-    no wake-up of this thread each: it waits for the subscriber to take (`SampleIntake.room`) or for the
-    time `most` samples take to come (`drain_after`), then takes them all in one call. The subscriber takes
+    **Paced** (issue 38): while the subscriber is busy (`SampleIntake.paced`: the encoder node's camera whose
+    slot holds a frame the worker has not taken; its `reader_samples` parameter), the samples wait in the
+    reader, with no wake-up of this thread each: it waits for the subscriber to take (`SampleIntake.room`) or
+    for the time `in_reader` samples take to come (`drain_after`), then takes them all in one call. The subscriber takes
     what waits itself when it wants the newest (`SampleIntake.pull`, on its thread). Every sample still goes
     through the intake, in order; what pacing saves is the wake-ups, a wake-up of this thread cold from the
     frame Cyclone just assembled being most of what a dropped frame cost us (bench/dropcost.py)."""
@@ -275,8 +272,7 @@ class _Subscription:
         self._take_lock = threading.Lock()  # one take and its samples' intake, whole: this thread's or a pull's
         self.drain_s = DRAIN_MIN_S  # paced: how long samples may wait in the reader (`drain_after`)
         self._emptied = time.monotonic()  # when a take last left the reader empty
-        if PACED:
-            intake.pull = self._pull
+        intake.pull = self._pull
         self._thread = threads.Thread(target=self._run, name=f"dds-take{intake.topic}", daemon=True)
         self._thread.start()
 
@@ -321,7 +317,7 @@ class _Subscription:
                 if drained:
                     now = time.monotonic()
                     if n:
-                        self.drain_s = drain_after(self.intake.most, self._depth, n, now - self._emptied)
+                        self.drain_s = drain_after(self.intake.in_reader, self._depth, n, now - self._emptied)
                         self._emptied = now
                     return n
 
@@ -330,10 +326,10 @@ class _Subscription:
 
         room = self.intake.room
         while not self._stop.is_set():
-            if PACED and self.intake.holding():  # the subscriber is busy: samples wait in the reader (class doc)
+            if self.intake.paced():  # the subscriber is busy: samples wait in the reader (class doc)
                 room.wait(self.drain_s)
                 room.clear()
-                if self.intake.holding():  # still busy: drain, every sample handled now, back to back
+                if self.intake.paced():  # still busy: drain, every sample handled now, back to back
                     taken = self._take_all(self.intake.now)
                     if taken < 0:
                         self._stop.wait(TAKE_RETRY_S)

@@ -107,7 +107,7 @@ class EncoderNode:
         self.supervisor = threads.Supervisor(self._stop, log)
         self.watchdog = threads.Watchdog(cfg.watchdog_period)
         self._reconfigure_lock = threading.Lock()
-        self.intake = Intake(camera_specs(cfg), cfg.log_throttle_period, cfg.held_samples)
+        self.intake = Intake(camera_specs(cfg), cfg.log_throttle_period, cfg.held_samples, cfg.reader_samples)
         self.cameras, self._slots = self.intake.cameras, self.intake.slots
         for cam in self.cameras.values():
             cam.features = transport.publisher(cam.spec.features_topic, VISUAL_FEATURES, DEFAULT)

@@ -5,7 +5,7 @@ features go, each camera's counts, and every sample from its transport thread in
                       Frame (bytes that are not an image: `rejected`, logged) → the camera's slot; a frame
                       it displaces, never taken by the worker: `dropped`
     while the slot is full, a camera's samples wait: on the pip path in the DDS reader, taken together about
-    `held_samples` frames' time apart (cyclone.py, "Paced": no wake-up of the transport thread per sample);
+    `reader_samples` frames' time apart (cyclone.py, "Paced": no wake-up of the transport thread per sample);
     under rclpy, whose executor takes each sample, up to `held_samples` held undecoded in the subscription
     (subscription.SampleIntake). Either way they are handled back to back (fewer cold runs of this path), and
     the worker's `take` handles what waits first, so it always takes each camera's newest frame
@@ -151,8 +151,9 @@ class Intake:
     A frame is classified whole either before `close()` or not taken at all (one lock around each), so
     the final counts add up; `between_frames` holds that lock for a snapshot no frame is halfway through."""
 
-    def __init__(self, specs: Iterable[CameraSpec], log_throttle_period: float, held_samples: int) -> None:
-        """`held_samples`: what a camera's subscription may hold while its slot is full (`hold_samples`)."""
+    def __init__(self, specs: Iterable[CameraSpec], log_throttle_period: float, held_samples: int,
+                 reader_samples: int) -> None:  # fmt: skip
+        """`held_samples`, `reader_samples`: what may wait while a camera's slot is full (`hold_samples`)."""
         self.times = StageTimes(STAGES)
         self.cameras = {
             spec.topic: Camera(
@@ -166,14 +167,15 @@ class Intake:
         self.slots = LatestSlots(self.cameras)
         self._lock = threading.Lock()
         self._accepting = True
-        self.held_samples = held_samples
+        self.held_samples, self.reader_samples = held_samples, reader_samples
 
     def hold_samples(self, cam: Camera) -> None:
-        """Let `cam`'s (new) subscription hold up to `held_samples` samples while the camera's slot is full
-        (subscription.SampleIntake.hold_while says why; the node's `held_samples` parameter:
-        docs/cameras-and-capacity.md has what 1, 2 and 3 measured)."""
+        """While the camera's slot is full, let `cam`'s (new) subscription hold up to `held_samples` samples, or
+        its reader fill with about `reader_samples`, where the transport can leave them there
+        (subscription.SampleIntake.hold_while says why; the node's parameters of those names:
+        docs/cameras-and-capacity.md has what they measured)."""
         key = cam.spec.topic
-        cam.images.intake.hold_while(lambda: self.slots.holds(key), self.held_samples)
+        cam.images.intake.hold_while(lambda: self.slots.holds(key), self.held_samples, self.reader_samples)
 
     def release_held(self) -> None:
         """Handle the samples every camera's subscription holds, on this thread."""
@@ -183,7 +185,7 @@ class Intake:
     def stop_holding(self, cams: Iterable[Camera] | None = None) -> None:
         """`cams'` subscriptions (default: every camera's) hold nothing from now on; what they held is handled."""
         for cam in self.cameras.values() if cams is None else cams:
-            cam.images.intake.hold_while(lambda: False, 0)
+            cam.images.intake.hold_while(lambda: False, 0, 0)
             cam.images.intake.release_held()
 
     def take(self, limit: int = 1, timeout: float | None = None, lend: bool = False) -> list[tuple]:

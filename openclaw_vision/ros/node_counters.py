@@ -10,8 +10,8 @@ first that arrived or after the last are not in it.
 
 `held`: samples a camera's subscription holds undecoded while its slot is full (the held_samples parameter, under
 rclpy), not yet received: each is counted when it is handled, at the latest when the worker next takes. On the
-pip path such samples wait in the DDS reader instead (cyclone.py, "Paced") and are in no count until taken, as a
-sample still in the socket is.
+pip path such samples wait in the DDS reader instead (reader_samples; cyclone.py, "Paced") and are in no count
+until taken, as a sample still in the socket is.
 
 A failure's reason is kept before its frames are counted (`fail`): /diagnostics reads the counts
 first, so a message that shows a failure always carries its reason.

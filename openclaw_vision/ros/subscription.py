@@ -19,7 +19,7 @@ thing from our `QoS`, and say in one place where they cannot.
 **What a dropped frame costs here.** Where the reader lets us take everything it holds in one call
 (Cyclone: `dds_takecdr` with a limit), one wake-up and one take serve every sample waiting, however
 many a busy moment left there; and while the subscriber is busy, Cyclone's samples are left in the
-reader and taken together, about `most` samples' time apart or when the subscriber wants the newest
+reader and taken together, about `in_reader` samples' time apart or when the subscriber wants the newest
 (`pull`, `now`; cyclone.py, "Paced"): a wake-up of the take thread per sample was most of what a
 dropped frame cost on the pip path. Each sample still comes through this core and the node's checks: a
 frame is decoded by reading its ~60 bytes of fields (its pixels stay a view of the sample and are never
@@ -153,8 +153,9 @@ class SampleIntake:
     warm after the first. The subscriber releases them before it takes, so its newest frame is never
     left behind a held one; what is held costs up to `most` more samples of memory per subscription
     while it is busy. A transport that can leave the samples in its reader instead (Cyclone: no wake-up
-    of its thread per sample) asks `holding()` before it takes, hands a batch on with `now`, and gives
-    `pull`, which `release_held` calls; `taken()` tells it the subscriber has room again."""
+    of its thread per sample) lets about `in_reader` of them wait there while `paced()`, hands a batch on
+    with `now`, and gives `pull`, which `release_held` calls; `taken()` tells it the subscriber has room
+    again."""
 
     def __init__(self, topic: str, ros_type: str, callback: Callback, generic: Callable[[Any], Any]) -> None:
         self.topic, self._callback = topic, callback
@@ -163,7 +164,7 @@ class SampleIntake:
         self.failed = 0  # samples whose callback raised
         self._warn_malformed, self._warn_failed = Throttle(), Throttle()
         self._busy: Callable[[], bool] | None = None
-        self._most = 0
+        self._most = self.in_reader = 0
         self._held: list[Any] = []
         self._lock = threading.Lock()
         #: set by a transport that can leave samples in its reader while the subscriber is busy (Cyclone): takes
@@ -173,22 +174,19 @@ class SampleIntake:
         #: goes back to taking
         self.room = threading.Event()
 
-    def hold_while(self, busy: Callable[[], bool], most: int) -> None:
-        """From now on, while `busy()`, keep up to `most` samples undecoded (class doc); 0: none. Once asked,
-        every sample passes the lock, so one held earlier and one arriving now are still handed on in order."""
+    def hold_while(self, busy: Callable[[], bool], most: int, in_reader: int = 0) -> None:
+        """From now on, while `busy()`, keep up to `most` samples undecoded, and let a transport that can leave
+        about `in_reader` samples waiting in its reader do so (class doc); 0: none. Once asked, every sample
+        passes the lock, so one held earlier and one arriving now are still handed on in order."""
         with self._lock:
-            self._busy, self._most = busy, max(0, most)
+            self._busy, self._most, self.in_reader = busy, max(0, most), max(0, in_reader)
         self.room.set()  # a transport thread waiting on the old rule looks again
 
-    @property
-    def most(self) -> int:
-        """How many samples a busy subscriber may have held."""
-        return self._most
-
-    def holding(self) -> bool:
-        """Whether a sample arriving now would be held (the subscriber is busy and asked for holding)."""
+    def paced(self) -> bool:
+        """Whether a transport that can should leave the samples arriving now in its reader (the subscriber is
+        busy and asked for that)."""
         busy = self._busy
-        return busy is not None and self._most > 0 and busy()
+        return busy is not None and self.in_reader > 0 and busy()
 
     def taken(self) -> None:
         """The subscriber took its last sample: a transport thread waiting while it was busy takes again."""

@@ -224,9 +224,15 @@ class EncoderConfig(NodeConfig):
     )  # fmt: skip
     # issue 38: intake.py says why, docs/cameras-and-capacity.md what it saved and cost
     held_samples: int = param(
-        8, "samples a camera may have waiting while its newest frame waits for the encoder, then handled back to "
-        "back: in the DDS reader on the pip path (no wake-up per frame), held undecoded under rclpy (less CPU per "
-        "dropped frame; up to that many more frames in memory per camera; 0: every sample handled as it comes)",
+        3, "samples a camera's subscription holds undecoded while the camera's newest frame waits for the encoder, "
+        "then handles back to back (rclpy, whose executor takes every sample; less CPU per dropped frame; up to that "
+        "many more frames in memory per camera; 0: every sample handled as it comes)",
+        minimum=0,
+    )  # fmt: skip
+    reader_samples: int = param(
+        8, "samples a camera's DDS reader may fill while the camera's newest frame waits for the encoder, then "
+        "taken and handled together (pip path: no wake-up of the take thread per frame; up to that many more "
+        "frames in memory per camera; 0: every sample taken as it comes)",
         minimum=0,
     )  # fmt: skip
     diagnostics_period: float = param(1.0, "seconds between /diagnostics messages", **PERIOD)
