@@ -242,10 +242,11 @@ class _Subscription:
     **Paced** (issue 38): while the subscriber is busy (`SampleIntake.paced`: the encoder node's camera whose
     slot holds a frame the worker has not taken; its `reader_samples` parameter), the samples wait in the
     reader, with no wake-up of this thread each: it waits for the subscriber to take (`SampleIntake.room`) or
-    for the time `in_reader` samples take to come (`drain_after`), then takes them all in one call. The subscriber takes
-    what waits itself when it wants the newest (`SampleIntake.pull`, on its thread). Every sample still goes
-    through the intake, in order; what pacing saves is the wake-ups, a wake-up of this thread cold from the
-    frame Cyclone just assembled being most of what a dropped frame cost us (bench/dropcost.py)."""
+    for the time `in_reader` samples take to come (`drain_after`), then takes them all in one call. The
+    subscriber takes what waits itself when it wants the newest (`SampleIntake.pull`, on its thread). Every
+    sample still goes through the intake, in order; what pacing saves is the wake-ups, a wake-up of this thread
+    cold from the frame Cyclone just assembled being most of what a dropped frame cost us (bench/dropcost.py).
+    What waits when the node stops is pulled by its close (intake.Intake.stop_holding) and counted."""
 
     def __init__(self, participant, topic_obj, qos: QoS, intake: SampleIntake) -> None:
         from cyclonedds.core import InstanceState, ReadCondition, SampleState, ViewState, WaitSet
