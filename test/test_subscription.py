@@ -11,6 +11,7 @@ import logging
 import time
 
 import pytest
+from dds_helpers import wait_until
 from support.cdr_writer import image_cdr
 
 from openclaw_vision.ros import cdr, subscription
@@ -129,15 +130,12 @@ def test_cyclone_subscription_survives_a_raising_callback_and_a_malformed_sample
     try:
         sub = b.subscribe("/cam/image_raw", IMAGE, QoS("reliable", 10), callback)
         pub = a.publisher("/cam/image_raw", IMAGE, QoS("reliable", 10))
-        deadline = time.monotonic() + 20
-        while not (pub.matched() and sub.matched()) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: pub.matched() and sub.matched(), 20, "the reader and writer matched")
         not_utf8 = image("xx").replace(b"xx\x00", b"\xff\xfe\x00")  # well-formed CDR that DDS passes on
         with caplog.at_level(logging.WARNING, logger=subscription.__name__):
             for raw in (image("one"), image("bad"), image("two"), not_utf8, image("three")):
                 pub.publish(raw)
-            while len(got) < 3 and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_until(lambda: len(got) >= 3, 20, "the three good samples")
         assert got == ["one", "two", "three"]
         assert sub.intake.failed == 1 and sub.intake.malformed == 1 and sub.lost() >= 1
         assert "callback for /cam/image_raw failed" in caplog.text
@@ -170,29 +168,19 @@ def test_cyclone_takes_what_waited_in_one_take_and_hands_every_sample_on_in_orde
     try:
         sub = b.subscribe("/cam/image_raw", IMAGE, QoS("reliable", 10), callback)
         pub = a.publisher("/cam/image_raw", IMAGE, QoS("reliable", 10, "keep_all"))
-        deadline = time.monotonic() + 20
-        while not (pub.matched() and sub.matched()) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: pub.matched() and sub.matched(), 20, "the reader and writer matched")
         pub.publish(image("f", sec=0))
         assert held.wait(20)
         for sec in range(1, 6):
             pub.publish(image("f", sec=sec))
         assert pub._writer.wait_for_acks(duration(seconds=20))  # acknowledged: in the reader's history
         release.set()
-        while len(got) < 6 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: len(got) >= 6, 20, "six samples")
         assert got == [0, 1, 2, 3, 4, 5] and sub.takes == 2  # frame 0's take, then one for the five
     finally:
         release.set()
         a.close()
         b.close()
-
-
-def _matched(pub, sub) -> None:
-    deadline = time.monotonic() + 20
-    while not (pub.matched() and sub.matched()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert pub.matched() and sub.matched()
 
 
 @pytest.mark.parametrize("in_reader", [0, 5])
@@ -218,19 +206,17 @@ def test_a_busy_subscriber_finds_its_samples_waiting_in_the_reader_and_takes_the
                           lambda msg, _dt: got.append((msg.header.stamp.sec, threading.current_thread())))  # fmt: skip
         sub.intake.hold_while(lambda: True, 0, in_reader)
         pub = a.publisher("/cam/image_raw", IMAGE, QoS("reliable", 10, "keep_all"))
-        _matched(pub, sub)
+        wait_until(lambda: pub.matched() and sub.matched(), 20, "the reader and writer matched")
         for sec in range(5):
             pub.publish(image("f", sec=sec))
         assert pub._writer.wait_for_acks(duration(seconds=20))  # acknowledged: in the reader's history
-        deadline = time.monotonic() + 20
         if in_reader:
             assert got == []  # waiting in the reader, not taken
             sub.intake.release_held()
             assert [sec for sec, _ in got] == [0, 1, 2, 3, 4] and {t for _, t in got} == {threading.current_thread()}
             assert sub.takes == 1
         else:
-            while len(got) < 5 and time.monotonic() < deadline:
-                time.sleep(0.02)
+            wait_until(lambda: len(got) >= 5, 20, "five samples from the take thread")
             assert [sec for sec, _ in got] == [0, 1, 2, 3, 4]
             assert {t.name for _, t in got} == {"dds-take/cam/image_raw"}
     finally:
@@ -252,13 +238,11 @@ def test_a_reader_left_busy_is_drained_a_few_samples_at_a_time_every_sample_in_o
         )
         sub.intake.hold_while(lambda: True, 0, 3)
         pub = a.publisher("/cam/image_raw", IMAGE, QoS("reliable", 10, "keep_all"))
-        _matched(pub, sub)
+        wait_until(lambda: pub.matched() and sub.matched(), 20, "the reader and writer matched")
         for sec in range(12):
             pub.publish(image("f", sec=sec))
             time.sleep(1 / 30)  # the camera's rate, not a timing assertion
-        deadline = time.monotonic() + 20
-        while len(got) < 12 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: len(got) >= 12, 20, "twelve samples drained")
         assert got == list(range(12)) and sub.intake.held == 0
         assert sub.takes <= 6, sub.takes  # together: one wake-up and one take for several samples
     finally:
