@@ -178,15 +178,16 @@ def receive(transport: str, path: str, topics: Sequence[str], seconds: float, wa
 
     share_malloc_arenas()  # as the node's main does, before any thread starts
 
+    one = path.split("+")[0] == "one"  # a take per sample as it comes (before issue 38): not paced either
     if transport == "cyclonedds":  # rclpy takes one per callback whatever we ask (and may lack cyclonedds)
         from ..ros import cyclone
 
-        cyclone.TAKE_AT_MOST = 1 if path.split("+")[0] == "one" else None  # before the subscriptions are made
+        cyclone.TAKE_AT_MOST = 1 if one else None  # before the subscriptions are made
     clock = IntakeClock()
     t = create_transport(transport, "dropcost_receiver", [])
     enc = PausedEncoder()
     changed = {"frame_heap_mb": 0} if GLIBC in path else {}  # else the node's defaults
-    if BEFORE in path or path.split("+")[0] == "one":  # a take per sample as it comes: not paced either
+    if BEFORE in path or one:
         changed["reader_samples"] = 0
     node = EncoderNode(EncoderConfig(image_topics=tuple(topics), diagnostics_period=3600.0, **changed), t, enc)
     try:
