@@ -280,6 +280,9 @@ def test_capacity_bench_finds_a_rate_and_accounts_the_cores_by_thread(tiny_model
     assert roles["worker (encode call, publish; a lone frame's decode and preprocess)"] > 0
     assert roles["transport thread (take, deserialize, validate)"] > 0
     assert compute["frames_per_s"] > 0 and node["combined_limit_fps"] < compute["frames_per_s"]
+    ev = cap["encode_vs_peak"]  # the float32 GEMM beside the INT8 peak: what INT8 units this CPU has
+    assert ev["fp32_gflops_onnxruntime"] > 0 and ev["peak_gops"]["onnxruntime"] > 0
+    assert f"float32 onnxruntime {ev['fp32_gflops_onnxruntime']} GFLOP/s" in (out / "bench.md").read_text()
     goals = {g["goal"].split(":")[0] for g in json.loads((out / "bench.json").read_text())["goals"]}
     assert "one raw 1080p camera" in goals and (out / "capacity_cpu.png").stat().st_size > 0
 

@@ -21,7 +21,9 @@ For 1 and 4 cameras, raw rgb8 1080p and JPEG, with the sender in a process of it
   times per frame beside it.
 - **INT8 encode per frame vs the INT8 GEMM peak** at batch 1, 4 and 8, on the node's backend, the
   runtime's INT8 GEMM timed in the same interleaved rounds (a peak timed alone once met another
-  job's load).
+  job's load), and ONNX Runtime's float32 GEMM beside it: the INT8 peak's lead over float says what
+  INT8 units this CPU has (AVX2 alone: little; VNNI, AMX: several times), and the batch-1 fraction says
+  how much a batch can still win on the encode (what one node for many cameras gains over one per camera).
 - **four cameras at 30 fps**: one multi-camera node against four single-camera nodes (bench/cameras.py
   setups), raw and JPEG, fed by one publisher process and by one per camera, each ratio beside the rates
   the nodes were delivered; where those differ, the pair again with the senders paced to the lower one
@@ -207,12 +209,13 @@ def encode_vs_peak(model: str, model_path: Path, backend: str, hint: str, quick:
     """INT8 encode per frame at each batch of ENCODE_BATCHES against each runtime's INT8 GEMM peak, all
     timed in the same interleaved rounds: the node's backend as the node runs it (its performance_hint),
     OpenVINO also as one request per batch (latency), and ONNX Runtime where it runs this model. The
-    fraction is the model's ops per frame over the time per frame, over the runtime's peak."""
+    fraction is the model's ops per frame over the time per frame, over the runtime's peak. ONNX Runtime's
+    float32 GEMM of the same size runs in the same rounds, with the encoders' settings."""
     import numpy as np
 
     from ..encoders import EncoderError, create_encoder
     from ..models.configs import get_config
-    from .roofline import PEAK_GEMM_N, int8_gemm_call
+    from .roofline import PEAK_GEMM_N, fp32_gemm_call, int8_gemm_call
 
     setups = {f"{backend} (as the node)": (backend, hint)}
     if backend == "openvino":  # the other way to run a batch (encoders/openvino.py)
@@ -233,9 +236,11 @@ def encode_vs_peak(model: str, model_path: Path, backend: str, hint: str, quick:
                 for label, e in encoders.items() for b in ENCODE_BATCHES if b <= e.max_batch]  # fmt: skip
     runtimes = sorted({e.backend for e in encoders.values()})
     peaks = {r: Variant(f"peak/int8-gemm-{r}", int8_gemm_call(r, PEAK_GEMM_N), group="peak") for r in runtimes}
+    fp32 = Variant("peak/fp32-gemm-onnxruntime", fp32_gemm_call(PEAK_GEMM_N), group="peak")
     rounds, iters = (3, 3) if quick else (6, 6)
-    run_interleaved([*variants, *peaks.values()], rounds, iters)
-    peak_gops = {r: 2 * PEAK_GEMM_N**3 / (min(v.samples_ms) / 1e3) / 1e9 for r, v in peaks.items()}
+    run_interleaved([*variants, *peaks.values(), fp32], rounds, iters)
+    rate = lambda v: 2 * PEAK_GEMM_N**3 / (min(v.samples_ms) / 1e3) / 1e9  # noqa: E731
+    peak_gops = {r: rate(v) for r, v in peaks.items()}
     ops = get_config(model.split("@")[0]).flops_per_image()
     rows = []
     for v in variants:
@@ -245,7 +250,7 @@ def encode_vs_peak(model: str, model_path: Path, backend: str, hint: str, quick:
         rows.append({"setup": v.name, "runtime": runtime, "batch": v.batch, "per_frame_ms": round(per_frame_ms, 2),
                      "gops": round(gops, 1), "of_peak": round(gops / peak_gops[runtime], 3)})  # fmt: skip
     return {"backend": backend, "peak_gops": {r: round(g, 1) for r, g in peak_gops.items()}, "rows": rows,
-            "node_setup": f"{backend} (as the node)"}  # fmt: skip
+            "node_setup": f"{backend} (as the node)", "fp32_gflops_onnxruntime": round(rate(fp32), 1)}  # fmt: skip
 
 
 # --- the run ---------------------------------------------------------------------------------------------
@@ -463,6 +468,7 @@ def markdown(res: dict) -> list[str]:
         lines += drop_markdown(res["drop_cost"])
     ev = res["encode_vs_peak"]
     peaks = ", ".join(f"{r} {g} GOP/s" for r, g in ev["peak_gops"].items())
+    peaks += f"; beside it float32 onnxruntime {ev['fp32_gflops_onnxruntime']} GFLOP/s"
     lines += ["", f"INT8 encode per frame against the runtime's INT8 GEMM peak ({peaks}; same interleaved rounds; "
               "above 100 %: the model's GEMMs ran faster than the bench's Q/DQ MatMul, which also quantises its "
               "float input, so the peak is a floor of the runtime's best):",

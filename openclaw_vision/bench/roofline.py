@@ -24,8 +24,9 @@ def _best_rate(fn, flops: float, repeats: int) -> float:
     return flops / (min(v.samples_ms) / 1e3) / 1e9
 
 
-def ort_gemm_peak_gflops(n: int, repeats: int, threads: int = 0) -> float:
-    """Best float32 MatMul rate of ONNX Runtime on the CPU, GFLOP/s."""
+def fp32_gemm_call(n: int, threads: int = 0, spinning: bool = False):
+    """A callable running one n×n×n float32 MatMul on ONNX Runtime (`session_options`; spinning off unless
+    asked, as the encoders run)."""
     from onnx import TensorProto, helper
 
     from ..core.ortsession import session
@@ -37,10 +38,15 @@ def ort_gemm_peak_gflops(n: int, repeats: int, threads: int = 0) -> float:
         [helper.make_tensor_value_info("c", TensorProto.FLOAT, [n, n])],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    sess = session(model.SerializeToString(), threads, spinning=True)  # ORT's default: spinning, for the peak
+    sess = session(model.SerializeToString(), threads, spinning=spinning)
     rng = np.random.default_rng(0)
     feeds = {x: rng.standard_normal((n, n), dtype=np.float32) for x in ("a", "b")}
-    return _best_rate(lambda: sess.run(None, feeds), 2 * n**3, repeats)
+    return lambda: sess.run(None, feeds)
+
+
+def ort_gemm_peak_gflops(n: int, repeats: int, threads: int = 0) -> float:
+    """Best float32 MatMul rate of ONNX Runtime on the CPU, GFLOP/s (spinning on, ORT's default, for the peak)."""
+    return _best_rate(fp32_gemm_call(n, threads, spinning=True), 2 * n**3, repeats)
 
 
 def numpy_gemm_gflops(n: int, repeats: int) -> float:
