@@ -1,4 +1,5 @@
-"""What the DDS tests share: an inbox that a subscription fills, and waiting for a condition.
+"""What the DDS tests share: an inbox that a subscription fills, waiting for a condition, and waiting until an
+in-process node and the test's endpoints have matched each other.
 
 Tests never sleep for a fixed time to let something happen: they wait, with a generous deadline,
 until it has happened (a loaded CI machine can be slow, never wrong).
@@ -47,3 +48,15 @@ def wait_until(pred: Callable[[], bool], timeout: float = 60.0, what: str = "con
     while not pred():
         assert time.monotonic() < end, f"timed out waiting for {what}"
         time.sleep(0.02)
+
+
+def node_matched(node, pubs, subs=()) -> bool:
+    """Whether each camera publisher in `pubs` and the in-process encoder node's image subscriptions have matched
+    each other, and so have the node's features publishers and the test's subscriptions `subs` (a test waits on
+    it before it sends). A writer can match a reader before that reader has matched the writer, and a volatile
+    reader drops a sample sent in between (the memory node's fleet test lost one that way: docs/memory.md,
+    `publishers`): a test that waits on its writer alone can lose its first frame."""
+    cams = list(node.cameras.values())
+    writers = [*pubs, *(c.features for c in cams if subs)]
+    readers = [*subs, *(c.images for c in cams)]
+    return all(e.matched() for e in writers + readers)

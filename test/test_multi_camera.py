@@ -25,7 +25,7 @@ from pathlib import Path
 import compressed_fuzz
 import numpy as np
 import pytest
-from dds_helpers import Inbox, wait_until
+from dds_helpers import Inbox, node_matched, wait_until
 
 from openclaw_vision.core.gate import GateSpec
 from openclaw_vision.encoders.onnxruntime import OnnxRuntimeEncoder
@@ -352,7 +352,7 @@ def test_under_overload_every_camera_is_served_round_robin(tiny_model, dds_domai
     try:
         pubs = [cam_t.publisher(c, IMAGE, QoS("reliable", 10, "keep_all")) for c in cams]
         node.start()
-        wait_until(lambda: all(p.matched() for p in pubs), 30, "the node's subscriptions")
+        wait_until(lambda: node_matched(node, pubs), 30, "the node's subscriptions")
         for k in range(1, ROUNDS + 1):
             if k > 1:
                 enc.entered(k)  # batch k is held: this round's frames all land in the slots
@@ -415,9 +415,9 @@ def one_camera_node(enc, overlap: bool, **cfg):
     feats = Inbox()
     try:
         pub = cam_t.publisher(FRONT, IMAGE, QoS("reliable", 10, "keep_all"))
-        cam_t.subscribe("/visual_features", VISUAL_FEATURES, QoS("reliable", 10, "keep_all"), feats)
+        sub = cam_t.subscribe("/visual_features", VISUAL_FEATURES, QoS("reliable", 10, "keep_all"), feats)
         node.start()
-        wait_until(lambda: pub.matched(), 30, "the node's subscription")
+        wait_until(lambda: node_matched(node, [pub], [sub]), 30, "the node's subscription")
         yield node, cam_t, pub, feats
     finally:
         if hasattr(enc, "gate"):
@@ -607,11 +607,10 @@ def test_frames_that_waited_in_the_reader_are_each_checked_and_counted_and_the_n
     frames = 8
     try:
         pubs = {c: cam_t.publisher(c, IMAGE, QoS("reliable", 10, "keep_all")) for c in cams}
-        for c in cams:
-            cam_t.subscribe(c.replace("image_raw", "visual_features"), VISUAL_FEATURES,
-                            QoS("reliable", 50, "keep_all"), feats[c])  # fmt: skip
+        subs = [cam_t.subscribe(c.replace("image_raw", "visual_features"), VISUAL_FEATURES,
+                                QoS("reliable", 50, "keep_all"), feats[c]) for c in cams]  # fmt: skip
         node.start()
-        wait_until(lambda: all(p.matched() for p in pubs.values()), 30, "the node's subscriptions")
+        wait_until(lambda: node_matched(node, pubs.values(), subs), 30, "the node's subscriptions")
         for i in range(frames):
             for c, pub in pubs.items():
                 step = 10 if (c == FRONT and i == 3) else None  # not a valid image
@@ -781,12 +780,11 @@ def test_two_lanes_encode_at_once_and_each_cameras_features_keep_their_frames_or
     rows = np.random.default_rng(0).integers(0, 256, (48, 64 * 3), np.uint8)
     rounds = 12
     try:
-        for c in cams:
-            cam_t.subscribe(c.replace("image_raw", "visual_features"), VISUAL_FEATURES, QoS("reliable", 50, "keep_all"),
-                            inboxes[c])  # fmt: skip
+        subs = [cam_t.subscribe(c.replace("image_raw", "visual_features"), VISUAL_FEATURES,
+                                QoS("reliable", 50, "keep_all"), inboxes[c]) for c in cams]  # fmt: skip
         pubs = [cam_t.publisher(c, IMAGE, QoS("reliable", 10, "keep_all")) for c in cams]
         node.start()
-        wait_until(lambda: all(p.matched() for p in pubs), 30, "the node's subscriptions")
+        wait_until(lambda: node_matched(node, pubs, subs), 30, "the node's subscriptions")
         for k in range(1, rounds + 1):
             for i, p in enumerate(pubs):
                 p.publish(_image(cam_t, k * 1000 + i, cams[i], rows, 48, 64, "rgb8"))

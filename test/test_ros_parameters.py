@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from dds_helpers import Inbox, wait_until
+from dds_helpers import Inbox, node_matched, wait_until
 
 from openclaw_vision.ros import encoder_node, vlm_node
 from openclaw_vision.ros.runner import build_config
@@ -85,10 +85,10 @@ def test_the_encoder_node_changes_run_time_parameters_while_it_runs(dds_domain, 
     node = encoder_node.EncoderNode(cfg, node_t, create_encoder("onnxruntime", str(tiny_model), 1)).start()
     try:
         features, diags = Inbox(), Inbox()
-        test_t.subscribe("/visual_features", VISUAL_FEATURES, DEFAULT, features)
+        sub = test_t.subscribe("/visual_features", VISUAL_FEATURES, DEFAULT, features)
         test_t.subscribe("/diagnostics", DIAGNOSTIC_ARRAY, DEFAULT, diags)
         images = test_t.publisher("/camera/image_raw", IMAGE, DEFAULT)
-        wait_until(lambda: images.matched() == 1)
+        wait_until(lambda: node_matched(node, [images], [sub]))
 
         def send(i: int) -> None:
             rgb = np.full((48, 64, 3), 40 * i, np.uint8)

@@ -21,7 +21,7 @@ import threading
 
 import numpy as np
 import pytest
-from dds_helpers import wait_until
+from dds_helpers import node_matched, wait_until
 
 from openclaw_vision.encoders.onnxruntime import OnnxRuntimeEncoder
 from openclaw_vision.runtime import threads
@@ -265,7 +265,7 @@ def test_an_encoder_thread_that_fails_is_shown_restarted_and_serves_the_next_fra
         pub = cam_t.publisher("/camera/image_raw", IMAGE, QoS("reliable", 10))
         with caplog.at_level("ERROR", logger="encoder_node"):
             node.start()
-            wait_until(lambda: pub.matched() >= 1, 60, "the node's subscription")
+            wait_until(lambda: node_matched(node, [pub]), 60, "the node's subscription")
             rows = np.random.default_rng(0).integers(0, 256, (48, 64 * 3), np.uint8)
             wait_until(lambda: fault.calls >= 1 or inject != "publish_diagnostics", 60, "diagnostics")
             _send_until_encoded(node, pub, cam_t, 2, rows)  # the fault was hit, and frames were encoded after it
@@ -299,7 +299,7 @@ def test_a_stuck_encode_is_a_stall_on_diagnostics_and_counted_once(tiny_model, d
     try:
         pub = cam_t.publisher("/camera/image_raw", IMAGE, QoS("reliable", 10))
         node.start()
-        wait_until(lambda: pub.matched() >= 1, 60, "the node's subscription")
+        wait_until(lambda: node_matched(node, [pub]), 60, "the node's subscription")
         rows = np.random.default_rng(0).integers(0, 256, (48, 64 * 3), np.uint8)
         pub.publish(_image(cam_t, 1, rows))
         assert enc.inside.wait(60)

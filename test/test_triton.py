@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from dds_helpers import Inbox, wait_until
+from dds_helpers import Inbox, node_matched, wait_until
 
 from openclaw_vision.core.children import free_port
 from openclaw_vision.encoders import EncoderError, EncoderOptions, create_encoder
@@ -182,10 +182,10 @@ def test_two_nodes_share_one_server_and_its_batcher_merges_their_frames(server, 
         for i in (0, 1):
             nodes.append(start_node(tiny_model, port, f"encoder_{i}", f"/cam{i}/image_raw", f"/cam{i}/features"))
         inboxes = [Inbox(), Inbox()]
-        for i, box in enumerate(inboxes):
-            test_t.subscribe(f"/cam{i}/features", VISUAL_FEATURES, DEFAULT, box)
+        subs = [test_t.subscribe(f"/cam{i}/features", VISUAL_FEATURES, DEFAULT, box) for i, box in enumerate(inboxes)]
         cams = [Camera(test_t, f"/cam{i}/image_raw") for i in (0, 1)]
-        wait_until(lambda: all(c.pub.matched() == 1 for c in cams), what="both nodes subscribed")
+        ends = list(zip([n for n, _ in nodes], cams, subs, strict=True))
+        wait_until(lambda: all(node_matched(n, [c.pub], [sub]) for n, c, sub in ends), what="both nodes subscribed")
         local = OnnxRuntimeEncoder(tiny_model, threads=1)
         pre = CpuPreprocessor()
         frames = 12
@@ -227,7 +227,7 @@ def test_a_server_killed_mid_stream_fails_frames_visibly_and_the_node_recovers(t
         diags = Inbox()
         test_t.subscribe("/diagnostics", DIAGNOSTIC_ARRAY, DEFAULT, diags)
         cam = Camera(test_t, "/camera/image_raw")
-        wait_until(lambda: cam.pub.matched() == 1, what="the node subscribed")
+        wait_until(lambda: node_matched(node, [cam.pub]), what="the node subscribed")
 
         def one() -> None:  # a frame, and the node has classified it (encoded, failed, ...)
             cam.send()
@@ -294,7 +294,7 @@ def test_a_node_whose_server_hangs_mid_encode_still_stops_with_every_frame_count
     frozen = stopped = False
     try:
         cam = Camera(test_t, "/camera/image_raw")
-        wait_until(lambda: cam.pub.matched() == 1, what="the node subscribed")
+        wait_until(lambda: node_matched(node, [cam.pub]), what="the node subscribed")
         cam.send()
         wait_until(lambda: accounted(node) == 1, timeout=60, what="the first frame")
         srv.child.send(signal.SIGSTOP)
