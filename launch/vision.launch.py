@@ -96,7 +96,6 @@ def generate_launch_description() -> LaunchDescription:
         ),
     ]
     declared += [
-        DeclareLaunchArgument(name, default_value=UNSET, description=argument_description(name))
-        for name in ARGUMENTS
+        DeclareLaunchArgument(name, default_value=UNSET, description=argument_description(name)) for name in ARGUMENTS
     ]
     return LaunchDescription([*declared, OpaqueFunction(function=_nodes)])

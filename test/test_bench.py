@@ -302,7 +302,12 @@ def test_the_schedule_bench_keeps_the_default_layout_only_within_the_rounds_spre
     got = {v["transport"]: v for v in verdicts(close + far)}
     assert (got["raw"]["best"], got["raw"]["default_kept"]) == ("all + 1", True)
     assert (got["compressed"]["best"], got["compressed"]["default_kept"]) == ("1 + 1", False)
-    assert got["raw"]["layouts"]["default"] == {"mean": 32.0, "min": 31.0, "max": 33.0, "delivered_mean": 25.0,
-                                                  "cpu_percent_mean": None}
+    assert got["raw"]["layouts"]["default"] == {
+        "mean": 32.0,
+        "min": 31.0,
+        "max": 33.0,
+        "delivered_mean": 25.0,
+        "cpu_percent_mean": None,
+    }
     table = "\n".join(markdown({"cameras": 4, "fps": 30.0, "rounds": 2, "cores": 2, "verdicts": list(got.values())}))
     assert "| compressed | default | 27.5 (27.0-28.0) | 25.0 | None |  | NO |" in table

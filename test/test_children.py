@@ -72,8 +72,10 @@ def test_child_that_ignores_sigint_is_killed_after_the_timeout():
 def test_wait_for_line_finds_a_late_line_among_others_and_gives_up_when_the_child_exits(tmp_path, monkeypatch):
     """A server's URL comes after its log lines; a child that has exited is answered at once, without waiting
     for the timeout (not a single poll); a quiet live child gets "" at the timeout and stays up."""
-    code = ("import sys, time\nprint('[log] loading', file=sys.stderr, flush=True)\ntime.sleep(1)\n"
-            "print('grpc://127.0.0.1:1 ', flush=True)\ntime.sleep(600)\n")
+    code = (
+        "import sys, time\nprint('[log] loading', file=sys.stderr, flush=True)\ntime.sleep(1)\n"
+        "print('grpc://127.0.0.1:1 ', flush=True)\ntime.sleep(600)\n"
+    )
     with children.Child(children.python("-c", code), log_path=tmp_path / "late.log") as child:
         assert child.wait_for_line("grpc://", 30) == "grpc://127.0.0.1:1"
     quiet = children.Child(children.python("-c", "import time; time.sleep(600)"), log_path=tmp_path / "quiet.log")

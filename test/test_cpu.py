@@ -17,8 +17,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_the_module_answers_from_the_checkout_with_the_standard_library_only():
     # -S: no site-packages (neither the editable install nor numpy), as on a machine before `make setup`
-    for flag, want in (("--vector-features", cpu.vector_features()), ("--isa-class", cpu.isa_class()),
-                       ("--no-amx-cflags", cpu.no_amx_cflags())):
+    for flag, want in (
+        ("--vector-features", cpu.vector_features()),
+        ("--isa-class", cpu.isa_class()),
+        ("--no-amx-cflags", cpu.no_amx_cflags()),
+    ):
         out = subprocess.run([sys.executable, "-S", "-m", "openclaw_vision.core.cpu", flag], cwd=ROOT, check=True,
                              capture_output=True, text=True).stdout  # fmt: skip
         assert out.strip() == want

@@ -32,8 +32,11 @@ def _verdict(passed: bool = True, klass: str | None = "avx512_vnni", **values) -
 
 
 def test_require_refuses_a_missing_verdict_and_warn_runs_it_with_a_warning():
-    with pytest.raises(GateRefused, match=r"m \(INT8\) has no accuracy-gate verdict for openvino on avx2.*"
-                       r"re-run `openclaw-vision quantize` here"):  # the refusal says the way out
+    with pytest.raises(
+        GateRefused,
+        match=r"m \(INT8\) has no accuracy-gate verdict for openvino on avx2.*"
+        r"re-run `openclaw-vision quantize` here",
+    ):  # the refusal says the way out
         gate.judge("m", None, "require", "openvino", "avx2")
     warning = gate.judge("m", None, "warn", "openvino", "avx2")
     assert warning and "no accuracy-gate verdict for openvino on avx2" in warning

@@ -343,8 +343,7 @@ def test_store_and_forward_through_a_server_outage_and_a_sigkill(dds_domain, tmp
         node, feats, diag = start_node("memory1.log")
         for i in range(20):
             publish_planted(t, feats, rows, i)
-        status_where(diag, "20 rows forwarded",
-                     lambda st: st.get("forwarded") == "20" and st.get("spool_rows") == "0")
+        status_where(diag, "20 rows forwarded", lambda st: st.get("forwarded") == "20" and st.get("spool_rows") == "0")
         server.stop()  # the server goes away
         for i in range(20, 45):  # the server is down: the node keeps taking rows
             publish_planted(t, feats, rows, i)
@@ -360,12 +359,10 @@ def test_store_and_forward_through_a_server_outage_and_a_sigkill(dds_domain, tmp
         status_where(diag, "the spool found again", lambda s: s.get("spool_rows") == "25")
         for i in range(45, 60):  # and keeps taking rows
             publish_planted(t, feats, rows, i)
-        status_where(diag, "60 rows in all",
-                     lambda st: st.get("spooled") == "15" and st.get("spool_rows") == "40")
+        status_where(diag, "60 rows in all", lambda st: st.get("spooled") == "15" and st.get("spool_rows") == "40")
         server, _ = start_server(data, port=port, log_path=tmp_path / "chroma2.log")
         children.append(server)
-        status_where(diag, "the spool drained",
-                     lambda st: st.get("spool_rows") == "0" and st.get("forwarded") == "40")
+        status_where(diag, "the spool drained", lambda st: st.get("spool_rows") == "0" and st.get("forwarded") == "40")
 
         live = as_stored(rows)
         with VisualMemory(url) as fleet:  # every row once, as the node's robot's

@@ -176,7 +176,9 @@ def test_a_server_that_went_away_is_an_error_robots_retry_and_the_command_stops_
 
 @pytest.mark.dds
 def test_a_memory_node_writing_through_the_ingest_loses_nothing_when_the_ingest_is_killed(
-    dds_domain, chroma, tmp_path  # noqa: F811 - the fixture imported above
+    dds_domain,
+    chroma,  # noqa: F811 - the fixture imported above
+    tmp_path,
 ):
     """The memory node's --store is the ingest: rows forwarded through it; the ingest SIGKILLed, rows keep coming
     (spooled, counted, the forwarder's failures counted); the ingest started again on its port: the spool

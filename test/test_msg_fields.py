@@ -15,6 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
+
 def words(text: str) -> frozenset[str]:
     return frozenset(text.split())
 

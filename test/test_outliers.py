@@ -125,7 +125,13 @@ def test_plain_int8_fails_the_gate_and_the_outlier_aware_default_passes(profile,
 
     model = profile_models[profile]
     plain = _quantize(
-        model, calib_frames, tmp_path / "plain.onnx", smooth=False, split=False, centre=False, max_float=0,
+        model,
+        calib_frames,
+        tmp_path / "plain.onnx",
+        smooth=False,
+        split=False,
+        centre=False,
+        max_float=0,
         sensitivity=False,
     )
     assert not plain.passed and not (tmp_path / "plain.onnx").exists()  # the gate refuses it: no model written

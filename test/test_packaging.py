@@ -75,7 +75,6 @@ def test_the_pinned_humble_requirements_keep_numpy_1():
     assert pins["onnxruntime"] >= (1, 16)
 
 
-
 #: pip packages that the nodes and their config must import without: the extras and the pip-path transport,
 #: none of which a robot needs to start the encoder, labels or VLM node (requirements-humble.txt pins onnx and
 #: chromadb for the memory node's store and int8 scan, which import them when they first run)
@@ -100,6 +99,7 @@ def test_the_nodes_and_their_config_import_with_only_what_a_robot_has():
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
+
 
 CMAKE = (ROOT / "CMakeLists.txt").read_text()
 CALLS = re.findall(r"^\s*([a-z_]+)\((.*?)\)\s*$", re.sub(r"#[^\n]*", "", CMAKE), re.S | re.M)
@@ -155,8 +155,6 @@ def test_cmakelists_generates_every_msg_and_srv_and_installs_executables_launch_
     assert programs[-2:] == ["DESTINATION", "lib/${PROJECT_NAME}"]  # where `ros2 run` looks
 
 
-
-
 def test_setup_py_installs_every_launch_config_msg_and_srv_file(monkeypatch):
     import setuptools
 
@@ -210,8 +208,12 @@ def test_shipped_config_files_hold_the_node_defaults():
 
 @pytest.mark.parametrize(
     ("name", "cls"),
-    [("encoder.yaml", EncoderConfig), ("vlm.yaml", VlmConfig), ("labels.yaml", LabelsConfig),
-     ("memory.yaml", MemoryConfig)],
+    [
+        ("encoder.yaml", EncoderConfig),
+        ("vlm.yaml", VlmConfig),
+        ("labels.yaml", LabelsConfig),
+        ("memory.yaml", MemoryConfig),
+    ],
 )
 def test_each_yaml_comment_is_the_parameters_description(name, cls):
     """One source: config.Param's description is the YAML comment and the ROS descriptor's text."""

@@ -422,6 +422,7 @@ def test_a_model_that_never_finishes_loading_is_left_on_a_signal(tmp_path):
                           {"CYCLONEDDS_URI": dds_config.chosen_uri(os.environ)})  # fmt: skip
     writer: list[int] = []
     try:
+
         def reading() -> bool:  # the node has opened the model file: it is inside the load
             try:
                 # held open until the node is gone: closing it would be an end of file, and the node's read would

@@ -241,6 +241,7 @@ def test_a_server_killed_mid_stream_fails_frames_visibly_and_the_node_recovers(t
             for _ in range(4):
                 one()
             assert node.stats()["failed"] == 4 and node.stats()["encoded"] == 3
+
             # the server's state and the counts are read at slightly different moments: wait for a
             # message showing both, then its reason must name Triton
             def down(msgs: list) -> bool:

@@ -95,8 +95,6 @@ def preprocess_fidelity(model: str, frames: list[Frame]) -> float:
     return float(cos.min())
 
 
-
-
 def peak_variants(int8_names: list[str]) -> list[Variant]:
     """One INT8 GEMM per runtime, timed in the same shuffled rounds as the encoders it bounds (a peak
     timed apart from them once met another job's load and came out below what the encoder reached)."""

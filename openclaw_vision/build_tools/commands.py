@@ -183,8 +183,13 @@ def _quantize_arguments(p: argparse.ArgumentParser) -> None:
                help="no outlier migration into the LayerNorms (quant/smooth.py): the plain path")  # fmt: skip
     field_flag(p, "--no-split", q, "split",
                help="no FC2 outlier units in an FP32 side path (quant/split.py): the plain path")  # fmt: skip
-    field_flag(p, "--no-centre", q, "centre",
-               help="no shift of the FC2 inputs to a symmetric range under s8s8 (quant/centre.py): the plain path")
+    field_flag(
+        p,
+        "--no-centre",
+        q,
+        "centre",
+        help="no shift of the FC2 inputs to a symmetric range under s8s8 (quant/centre.py): the plain path",
+    )
     field_flag(p, "--no-sensitivity", q, "sensitivity",
                help="skip the sensitivity measures when every layer passes as INT8 (the partition still runs them if"
                " needed)")  # fmt: skip

@@ -101,4 +101,3 @@ def main(argv: list[str] | None = None) -> int:
         logging.basicConfig(level=args.log_level, format=LOG_FORMAT)
         return args.command.run(args)
     return args.command(args.argv)  # a node: its own flags, logging and --ros-args
-

@@ -70,8 +70,10 @@ def problems(program: str, import_module: Callable = importlib.import_module) ->
         if name == "numpy":
             out.append(f"numpy cannot be imported ({why}). Fix: sudo apt install python3-numpy")
         elif name == "chromadb":  # the memory extra, not in requirements-humble.txt (its many dependencies)
-            out.append(f"chromadb cannot be imported for {python} ({why}). Fix: {VENV}/bin/pip install "
-                       f"'{MEMORY_PIN}' (in the venv of {REQUIREMENTS}), then `source {VENV}/bin/activate`")
+            out.append(
+                f"chromadb cannot be imported for {python} ({why}). Fix: {VENV}/bin/pip install "
+                f"'{MEMORY_PIN}' (in the venv of {REQUIREMENTS}), then `source {VENV}/bin/activate`"
+            )
         elif name == "cv2":
             out.append(f"OpenCV cannot be imported ({why}). Fix: sudo apt install python3-opencv")
         else:

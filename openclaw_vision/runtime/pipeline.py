@@ -104,8 +104,9 @@ class FramePipeline:
         self.prep_threads = min(wanted, self.max_batch) if self.concurrent else 1
         self._pool: ThreadPoolExecutor | None = None
         if self.prep_threads > 1:
-            self._pool = ThreadPoolExecutor(self.prep_threads, thread_name_prefix=PREP_THREAD_PREFIX,
-                                            initializer=threads.name_current_as_python)  # per-thread CPU: threads.py
+            self._pool = ThreadPoolExecutor(
+                self.prep_threads, thread_name_prefix=PREP_THREAD_PREFIX, initializer=threads.name_current_as_python
+            )  # per-thread CPU: threads.py
 
     @property
     def model_id(self) -> str:

@@ -79,4 +79,3 @@ def node_params(tiny_model, tiny_text_model) -> dict[str, dict[str, str]]:
         "labels_node": {"model": "tiny", "text_model_path": str(tiny_text_model), "bpe_path": str(find_bpe())},
         "vlm_node": {"model": "tiny", "llm": "tiny"},
     }
-

@@ -366,8 +366,9 @@ class Ros2:
         openclaw_vision/ would shadow the installed package for `python3 -c`."""
         self._n += 1
         name = "-".join(c.replace("/", "_") for c in cmd[:3])[:60]
-        proc = Ros2Process(no_daemon(cmd), env or self.environ(), self.logs / f"{self._n:03d}-{name}.log",
-                           cwd or self.work)
+        proc = Ros2Process(
+            no_daemon(cmd), env or self.environ(), self.logs / f"{self._n:03d}-{name}.log", cwd or self.work
+        )
         self._started.append(proc)
         return proc
 

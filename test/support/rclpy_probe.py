@@ -43,8 +43,16 @@ def ask(args) -> dict:
         if not got:
             return {"timeout": args.timeout, "sent": sent}
         a = got[0]
-        return {"answer": {"frame_id": a.header.frame_id, "prompt": a.prompt, "answer": a.answer,
-                           "features_model_id": a.features_model_id, "answer_tokens": a.answer_tokens}, "sent": sent}
+        return {
+            "answer": {
+                "frame_id": a.header.frame_id,
+                "prompt": a.prompt,
+                "answer": a.answer,
+                "features_model_id": a.features_model_id,
+                "answer_tokens": a.answer_tokens,
+            },
+            "sent": sent,
+        }
     finally:
         node.destroy_node()
         rclpy.shutdown()
