@@ -458,6 +458,44 @@ def test_a_busy_cameras_frames_wait_in_its_reader_and_come_in_a_few_at_a_time(ti
 
 
 @pytest.mark.dds
+def test_frames_waiting_in_the_reader_when_the_node_stops_are_taken_by_its_close_and_counted(tiny_model, dds_domain,
+                                                                                            monkeypatch):  # fmt: skip
+    """The node stops while frame 1 is in the model, frame 2 in the camera's slot and frames 3-6 wait in the
+    reader (its take thread paced to drain a minute apart): the node's close takes them, and every frame is
+    counted, received, then encoded or dropped; none is left uncounted in a reader that goes away."""
+    from cyclonedds.util import duration
+
+    from openclaw_vision.ros import cyclone
+
+    monkeypatch.setattr(cyclone, "DRAIN_MIN_S", 59.0)  # drains a minute apart: the test is over before the next
+    monkeypatch.setattr(cyclone, "DRAIN_MAX_S", 60.0)
+    enc = GatedEncoder(OnnxRuntimeEncoder(tiny_model, threads=1))
+    rows = np.random.default_rng(0).integers(0, 256, (48, 64 * 3), np.uint8)
+    with one_camera_node(enc, False, reader_samples=3) as (node, cam_t, pub, feats):
+        pub.publish(_image(cam_t, 1, "front", rows, 48, 64, "rgb8"))
+        assert enc.inside.wait(30)  # frame 1 is in the model call, held there
+        pub.publish(_image(cam_t, 2, "front", rows, 48, 64, "rgb8"))
+        wait_until(lambda: node.stats()["received"] == 2, 30, "frame 2")
+        sub = node.cameras[FRONT].images
+        # the take thread, paced: at most one drain comes before it waits a minute (the room the worker's take of
+        # frame 1 left), right after frame 2; the frames sent once the room is used wait in the reader
+        wait_until(lambda: not sub.intake.room.is_set(), 30, "the take thread's paced wait")
+        for n in range(3, 7):
+            pub.publish(_image(cam_t, n, "front", rows, 48, 64, "rgb8"))
+        assert pub._writer.wait_for_acks(duration(seconds=30))  # all four are in the node's reader
+        assert node.stats()["received"] < 6  # and some, if not all, still wait there
+        stopping = threading.Thread(target=node.stop)
+        stopping.start()
+        wait_until(lambda: node.stats()["received"] == 6, 30, "the close's take")
+        enc.gate.set()  # frame 1's call returns; the worker sees the stop
+        stopping.join(30)
+        assert not stopping.is_alive()
+    s = node.stats()
+    assert (s["received"], s["encoded"], s["dropped"], s["rejected"], s["failed"]) == (6, 1, 5, 0, 0), s
+    assert [_stamp(f) for f in feats.wait(1)] == [1]
+
+
+@pytest.mark.dds
 def test_with_overlap_a_newer_frame_still_displaces_the_older_while_a_batch_encodes(tiny_model, dds_domain):
     """One camera, the node's two stages overlapped: while the encoder holds frame 1, frames 2-4
     arrive. The prepare stage takes at most one batch ahead, so the others wait in the camera's
