@@ -427,20 +427,29 @@ def one_camera_node(enc, overlap: bool, **cfg):
         cam_t.close()
 
 
+@contextlib.contextmanager
+def a_busy_camera(tiny_model, rows):
+    """`one_camera_node` on a gated encoder (`reader_samples` 3), frame 1 held inside the model call and frame 2
+    waiting in the camera's slot: what the camera sends next finds it busy. Yields (node, camera transport,
+    publisher, features, encoder); the encoder's gate opens when the block ends."""
+    enc = GatedEncoder(OnnxRuntimeEncoder(tiny_model, threads=1))
+    with one_camera_node(enc, False, reader_samples=3) as (node, cam_t, pub, feats):
+        pub.publish(_image(cam_t, 1, "front", rows, 48, 64, "rgb8"))
+        assert enc.inside.wait(30)  # frame 1 is in the model call, held there
+        pub.publish(_image(cam_t, 2, "front", rows, 48, 64, "rgb8"))
+        wait_until(lambda: node.stats()["received"] == 2, 30, "frame 2")
+        yield node, cam_t, pub, feats, enc
+
+
 @pytest.mark.dds
 def test_a_busy_cameras_frames_wait_in_its_reader_and_come_in_a_few_at_a_time(tiny_model, dds_domain):
     """While frame 1 is in the model and frame 2 waits in the camera's slot, the twelve frames a 30 fps
     camera sends next wait in the reader and are taken a few at a time (`reader_samples` 3: about three
     frames' time apart), not one wake-up each; every one is still received, checked and counted once, and
     when the encoder goes on the newest is encoded last."""
-    enc = GatedEncoder(OnnxRuntimeEncoder(tiny_model, threads=1))
     rows = np.random.default_rng(0).integers(0, 256, (48, 64 * 3), np.uint8)
     last = 14
-    with one_camera_node(enc, False, reader_samples=3) as (node, cam_t, pub, feats):
-        pub.publish(_image(cam_t, 1, "front", rows, 48, 64, "rgb8"))
-        assert enc.inside.wait(30)  # frame 1 is in the model call, held there
-        pub.publish(_image(cam_t, 2, "front", rows, 48, 64, "rgb8"))
-        wait_until(lambda: node.stats()["received"] == 2, 30, "frame 2")
+    with a_busy_camera(tiny_model, rows) as (node, cam_t, pub, feats, enc):
         sub = node.cameras[FRONT].images
         takes = sub.takes
         for n in range(3, last + 1):
@@ -469,13 +478,8 @@ def test_frames_waiting_in_the_reader_when_the_node_stops_are_taken_by_its_close
 
     monkeypatch.setattr(cyclone, "DRAIN_MIN_S", 59.0)  # drains a minute apart: the test is over before the next
     monkeypatch.setattr(cyclone, "DRAIN_MAX_S", 60.0)
-    enc = GatedEncoder(OnnxRuntimeEncoder(tiny_model, threads=1))
     rows = np.random.default_rng(0).integers(0, 256, (48, 64 * 3), np.uint8)
-    with one_camera_node(enc, False, reader_samples=3) as (node, cam_t, pub, feats):
-        pub.publish(_image(cam_t, 1, "front", rows, 48, 64, "rgb8"))
-        assert enc.inside.wait(30)  # frame 1 is in the model call, held there
-        pub.publish(_image(cam_t, 2, "front", rows, 48, 64, "rgb8"))
-        wait_until(lambda: node.stats()["received"] == 2, 30, "frame 2")
+    with a_busy_camera(tiny_model, rows) as (node, cam_t, pub, feats, enc):
         sub = node.cameras[FRONT].images
         # the take thread, paced: at most one drain comes before it waits a minute (the room the worker's take of
         # frame 1 left), right after frame 2; the frames sent once the room is used wait in the reader
