@@ -486,7 +486,7 @@ def test_frames_waiting_in_the_reader_when_the_node_stops_are_taken_by_its_close
         wait_until(lambda: not sub.intake.room.is_set(), 30, "the take thread's paced wait")
         for n in range(3, 7):
             pub.publish(_image(cam_t, n, "front", rows, 48, 64, "rgb8"))
-        assert pub._writer.wait_for_acks(duration(seconds=30))  # all four are in the node's reader
+        assert pub._writer.wait_for_acks(duration(seconds=30))  # all four reached the node's reader
         assert node.stats()["received"] < 6  # and some, if not all, still wait there
         stopping = threading.Thread(target=node.stop)
         stopping.start()

@@ -22,8 +22,9 @@ For 1 and 4 cameras, raw rgb8 1080p and JPEG, with the sender in a process of it
 - **INT8 encode per frame vs the INT8 GEMM peak** at batch 1, 4 and 8, on the node's backend, the
   runtime's INT8 GEMM timed in the same interleaved rounds (a peak timed alone once met another
   job's load), and ONNX Runtime's float32 GEMM beside it: the INT8 peak's lead over float says what
-  INT8 units this CPU has (AVX2 alone: little; VNNI, AMX: several times), and the batch-1 fraction says
-  how much a batch can still win on the encode (what one node for many cameras gains over one per camera).
+  INT8 hardware this CPU has (1.12x on the AVX2-only EPYC: docs/cameras-and-capacity.md), and the batch-1
+  fraction how much a batch can still win on the encode (what one node for many cameras can gain over one
+  node per camera).
 - **four cameras at 30 fps**: one multi-camera node against four single-camera nodes (bench/cameras.py
   setups), raw and JPEG, fed by one publisher process and by one per camera, each ratio beside the rates
   the nodes were delivered; where those differ, the pair again with the senders paced to the lower one
@@ -239,7 +240,10 @@ def encode_vs_peak(model: str, model_path: Path, backend: str, hint: str, quick:
     fp32 = Variant("peak/fp32-gemm-onnxruntime", fp32_gemm_call(PEAK_GEMM_N), group="peak")
     rounds, iters = (3, 3) if quick else (6, 6)
     run_interleaved([*variants, *peaks.values(), fp32], rounds, iters)
-    rate = lambda v: 2 * PEAK_GEMM_N**3 / (min(v.samples_ms) / 1e3) / 1e9  # noqa: E731
+
+    def rate(v: Variant) -> float:
+        return 2 * PEAK_GEMM_N**3 / (min(v.samples_ms) / 1e3) / 1e9
+
     peak_gops = {r: rate(v) for r, v in peaks.items()}
     ops = get_config(model.split("@")[0]).flops_per_image()
     rows = []
