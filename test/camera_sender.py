@@ -22,11 +22,12 @@ import time
 from pathlib import Path
 
 import numpy as np
+from dds_helpers import Inbox, cameras_connected
 from image_fuzz import ImageCase, generate
 
 from openclaw_vision.core.pacing import Pacer
 from openclaw_vision.ros.cyclone import CycloneTransport
-from openclaw_vision.ros.types import COMPRESSED_IMAGE, IMAGE, QoS
+from openclaw_vision.ros.types import COMPRESSED_IMAGE, DIAGNOSTIC_ARRAY, IMAGE, QoS
 
 TOPIC = "/camera/image_raw"
 
@@ -68,12 +69,16 @@ def main(argv: list[str]) -> int:
     t = CycloneTransport("camera_sender")
     Image, Header, Time = t.msg(ros_type), t.msg("std_msgs/msg/Header"), t.msg("builtin_interfaces/msg/Time")
     pub = t.publisher(topic, ros_type, QoS("reliable", 10, "keep_all"))
+    diags = Inbox()
+    t.subscribe("/diagnostics", DIAGNOSTIC_ARRAY, QoS("reliable", 10), diags)
+    # both sides matched: ours, and the node's camera status (a sample sent before the node's reader has matched
+    # this writer would be in no count; dds_helpers.node_matched says why)
+    node_side = cameras_connected([TOPIC], subscribers=0)
     deadline = time.monotonic() + 60
-    while pub.matched() < 1:
+    while pub.matched() < 1 or not diags.holds(node_side, 0.05):
         if time.monotonic() > deadline:
             print("no node", flush=True)
             return 1
-        time.sleep(0.05)
     print("ready", flush=True)
     stamps, last = [], 0
     for case in cases:

@@ -60,3 +60,18 @@ def node_matched(node, pubs, subs=()) -> bool:
     writers = [*pubs, *(c.features for c in cams if subs)]
     readers = [*subs, *(c.images for c in cams)]
     return all(e.matched() for e in writers + readers)
+
+
+def cameras_connected(topics, subscribers: int = 1) -> Callable[[list], bool]:
+    """A predicate for an Inbox of /diagnostics (`Inbox.wait_for`): one message in which an encoder node's status of
+    each camera in `topics` says its subscription has matched a publisher and its features publisher at least
+    `subscribers` subscriptions (node_counters: `publishers`, `subscribers`). For a node in another process: the
+    node's side of `node_matched`."""
+    from openclaw_vision.ros.diagnostics import status_values
+    from openclaw_vision.ros.node_counters import CAMERA_STATUS
+
+    def ok(msg) -> bool:
+        got = [status_values(msg, CAMERA_STATUS.format(topic=t)) or {} for t in topics]
+        return all(int(v.get("publishers", 0)) >= 1 and int(v.get("subscribers", 0)) >= subscribers for v in got)
+
+    return lambda msgs: any(ok(m) for m in msgs)

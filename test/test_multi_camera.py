@@ -25,7 +25,7 @@ from pathlib import Path
 import compressed_fuzz
 import numpy as np
 import pytest
-from dds_helpers import Inbox, node_matched, wait_until
+from dds_helpers import Inbox, cameras_connected, node_matched, wait_until
 
 from openclaw_vision.core.gate import GateSpec
 from openclaw_vision.encoders.onnxruntime import OnnxRuntimeEncoder
@@ -169,11 +169,12 @@ def test_three_cameras_one_node_each_gets_its_features_headers_and_counts(tiny_m
                 REAR: t.publisher(REAR, COMPRESSED_IMAGE, qos)}  # fmt: skip
         names = {FRONT: "front", LEFT: "left", REAR: "rear", SILENT: "silent"}
         inboxes = {cam: Inbox() for cam in names}
-        for cam, inbox in inboxes.items():
-            t.subscribe(f"/{names[cam]}/visual_features", VISUAL_FEATURES, QoS("reliable", 50, "keep_all"), inbox)
+        subs = [t.subscribe(f"/{names[cam]}/visual_features", VISUAL_FEATURES, QoS("reliable", 50, "keep_all"), inbox)
+                for cam, inbox in inboxes.items()]  # fmt: skip
         diags = Inbox()
         t.subscribe("/diagnostics", DIAGNOSTIC_ARRAY, QoS("reliable", 10), diags)
-        wait_until(lambda: all(p.matched() for p in pubs.values()) and node.alive(), 90, "the node's subscriptions")
+        wait_until(lambda: all(e.matched() for e in [*pubs.values(), *subs]) and node.alive(), 90, "the node's side")
+        diags.wait_for(cameras_connected(pubs), 90, "the node's subscriptions and features publishers matched")
         sent: dict[str, list] = {cam: [] for cam in names}
         pipe = FramePipeline(OnnxRuntimeEncoder(tiny_model, threads=1))
         rounds = 4
@@ -219,6 +220,10 @@ def test_three_cameras_one_node_each_gets_its_features_headers_and_counts(tiny_m
     left_diag = next(status_values(m, f"encoder_node: camera {LEFT}") for m in reversed(last)
                      if status_values(m, f"encoder_node: camera {LEFT}"))  # fmt: skip
     assert left_diag["features_topic"] == "/left/visual_features" and "encode_ms_p50" in left_diag
+    # who is connected, per camera: the silent camera has no publisher, every camera's features one subscriber
+    connected = {cam: (v["publishers"], v["subscribers"]) for cam in names
+                 if (v := status_values(last[-1], f"encoder_node: camera {cam}"))}  # fmt: skip
+    assert connected == {FRONT: ("1", "1"), LEFT: ("1", "1"), REAR: ("1", "1"), SILENT: ("0", "1")}, connected
 
     for cam in (FRONT, LEFT, REAR):
         got = inboxes[cam].items
@@ -582,12 +587,12 @@ def test_a_camera_whose_stamps_skip_frames_shows_the_estimate_in_stats_and_diagn
         qos = QoS("reliable", 10, "keep_all")
         pubs = {cam: t.publisher(cam, IMAGE, qos) for cam in (FRONT, LEFT)}
         inboxes = {cam: Inbox() for cam in pubs}
-        for cam, inbox in inboxes.items():
-            t.subscribe(cam.replace("image_raw", "visual_features"), VISUAL_FEATURES, QoS("reliable", 50, "keep_all"),
-                        inbox)  # fmt: skip
+        subs = [t.subscribe(cam.replace("image_raw", "visual_features"), VISUAL_FEATURES,
+                            QoS("reliable", 50, "keep_all"), inbox) for cam, inbox in inboxes.items()]  # fmt: skip
         diags = Inbox()
         t.subscribe("/diagnostics", DIAGNOSTIC_ARRAY, QoS("reliable", 10), diags)
-        wait_until(lambda: all(p.matched() for p in pubs.values()) and node.alive(), 90, "the node's subscriptions")
+        wait_until(lambda: all(e.matched() for e in [*pubs.values(), *subs]) and node.alive(), 90, "the node's side")
+        diags.wait_for(cameras_connected(pubs), 90, "the node's subscriptions and features publishers matched")
         rgb = _pan(120, 160, 0)
         sent = dict.fromkeys(pubs, 0)
         for i in range(20):

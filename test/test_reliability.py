@@ -33,6 +33,7 @@ import numpy as np
 import onnx
 import pytest
 from compressed_fuzz import AT_ARRIVAL, BY_DECODING, CompressedCase
+from dds_helpers import cameras_connected
 from image_fuzz import ImageCase, generate
 from onnx import TensorProto, helper
 
@@ -44,6 +45,7 @@ from openclaw_vision.ros.intake import COUNTS
 from openclaw_vision.ros.node_counters import STATUS_NAME
 from openclaw_vision.ros.process import NodeProcess
 from openclaw_vision.ros.types import COMPRESSED_IMAGE, DIAGNOSTIC_ARRAY, IMAGE, VISUAL_FEATURES, QoS
+from openclaw_vision.runtime.bags import COMPRESSED_SUFFIX
 
 pytestmark = [pytest.mark.reliability, pytest.mark.dds]
 
@@ -79,6 +81,10 @@ class Link:
         self.features: dict[int, tuple[int, str]] = {}  # stamp ns → (receipt ns, frame_id)
         self.duplicates = 0
         self.diag: dict[str, str] | None = None
+        # the node's side of the match, from its camera's status (keyed by its image_topic: a compressed transport
+        # subscribes to that topic + /compressed)
+        self.connected = cameras_connected([topic.removesuffix(COMPRESSED_SUFFIX)])
+        self.ready = False
         self.pub = transport.publisher(topic, ros_type, QoS("reliable", 10, "keep_all"))
         self.feat_sub = transport.subscribe("/visual_features", VISUAL_FEATURES, QoS("reliable", 100), self._on_feat)
         transport.subscribe("/diagnostics", DIAGNOSTIC_ARRAY, QoS("reliable", 10), self._on_diag)
@@ -97,6 +103,7 @@ class Link:
         if values is not None:
             with self.cond:
                 self.diag = values
+                self.ready = self.ready or self.connected([msg])
                 self.cond.notify_all()
 
     def wait(self, pred, timeout: float) -> bool:
@@ -105,7 +112,7 @@ class Link:
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
-        while self.pub.matched() < 1 or self.feat_sub.matched() < 1 or self.diag is None:
+        while self.pub.matched() < 1 or self.feat_sub.matched() < 1 or not self.ready:
             assert time.monotonic() < deadline, "the node did not come up on DDS"
             time.sleep(0.05)
 

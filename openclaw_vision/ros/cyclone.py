@@ -342,7 +342,8 @@ class _Subscription:
                 self._stop.wait(TAKE_RETRY_S)
 
     def matched(self) -> int:
-        return len(self._reader.get_matched_publications())
+        reader = self._reader  # None once closed (a QoS change replaces a subscription while diagnostics read it)
+        return 0 if reader is None else len(reader.get_matched_publications())
 
     def lost(self) -> int:
         """Samples DDS lost or could not keep before we took them, and samples that did not decode.

@@ -15,6 +15,12 @@ until taken, as a sample still in the socket is.
 
 A failure's reason is kept before its frames are counted (`fail`): /diagnostics reads the counts
 first, so a message that shows a failure always carries its reason.
+
+Each camera's /diagnostics status also says who is connected: `publishers`, the image publishers its
+subscription has matched (0: no camera driver is sending to this node, whatever the topic list says), and
+`subscribers`, the subscriptions its features publisher has matched. A writer can match a reader before that
+reader has matched it, and a sample sent in between is not delivered to a volatile reader: a sender that waits
+until the node's side says `publishers` 1 loses nothing (the tests that start a node process do).
 """
 
 from __future__ import annotations
@@ -130,6 +136,8 @@ class NodeCounters:
         per_camera = []
         for key, cam in st["cameras"].items():
             cv = {k: cam[k] for k in (*COUNTS, *UNSEEN, "features_topic")}
+            live = self.intake.cameras[key]
+            cv.update(publishers=live.images.matched(), subscribers=live.features.matched())  # module doc
             cv.update(stage_values(cam["stages_ms"]))
             per_camera.append((CAMERA_STATUS.format(topic=key), *self._level(cv, "encoding"), cv))
         level, text = self._level(values, "encoding")

@@ -92,6 +92,8 @@ def test_node_under_ros2_run(ros2, node_params, node, tmp_path):
 
     echo = ros2.run("ros2", "topic", "echo", "--once", "/diagnostics", timeout=30).stdout
     assert f"name: '{STATUS[node]}'" in echo or f"name: {STATUS[node]}" in echo, echo
+    if node == "encoder_node":  # its camera's status says who is connected, read through rclpy's graph
+        assert "key: publishers" in echo and "key: subscribers" in echo, echo
 
     described = ros2.run("ros2", "param", "describe", name, key, fixed).stdout
     runtime_part, fixed_part = described.split(f"Parameter name: {fixed}")
