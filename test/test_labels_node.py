@@ -50,6 +50,8 @@ def test_labels_node_scores_features_with_their_header_and_takes_new_labels_at_r
                 t.subscribe("/diagnostics", DIAGNOSTIC_ARRAY, QoS("reliable", 1), diag)]  # fmt: skip
         wait_until(lambda: all(e.matched() for e in (feats, setter, *subs)) or not node.alive())
         assert node.alive(), node.log_text()
+        # and the node's side: its two subscriptions have matched our two writers (no first message lost)
+        diag.wait_for(lambda msgs: any(int(s.get("publishers", 0)) == 2 for s in _status(msgs)), 60, "the node's side")
 
         def send(sec: int, vec: np.ndarray, model: str = "tiny@random-seed0") -> None:
             header = t.msg(HEADER)(stamp=t.msg(TIME)(sec=sec, nanosec=7), frame_id="cam")

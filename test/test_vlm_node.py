@@ -53,6 +53,7 @@ def test_vlm_node_answers_about_the_newest_frame_and_counts_every_prompt(dds_dom
         ends = [feats_pub, prompt_pub, *subs]  # both directions matched before anything is sent
         wait_until(lambda: all(e.matched() for e in ends) or not node.alive(), 60)
         assert node.alive(), node.log_text()
+        counted("publishers", 2)  # the node's side: its features and prompt subscriptions matched our writers
 
         def features(sec: int, dim: int = 32, seed: int = 0):
             header = t.msg(HEADER)(stamp=t.msg(TIME)(sec=sec, nanosec=5), frame_id="cam")

@@ -120,6 +120,9 @@ class LabelsNode:
         values["labels"] = ",".join(st["labels"])
         values.update(stage_values(st["stages_ms"]))
         values["thread_failures"] = st["thread_failures"]
+        # who is connected: the publishers its subscriptions have matched (features, and a label-set topic); a sender
+        # that waits until this node's side has matched it loses no first message (node_counters says why)
+        values["publishers"] = sum(sub.matched() for sub in self._subs)
         fault = self.supervisor.recent_fault()
         if fault:
             level, text = ERROR, fault

@@ -87,7 +87,8 @@ class VlmNode:
         self.supervisor = threads.Supervisor(self._stop, log)
         self.watchdog = threads.Watchdog(cfg.watchdog_period)
         self.status = VlmStatus(lambda: self.cfg, transport, pipeline, self.counters, self.times, self.supervisor,
-                                self.watchdog, lambda: self.answers.last_failure)  # fmt: skip
+                                self.watchdog, lambda: self.answers.last_failure,
+                                lambda: sum(sub.matched() for sub in self._subs))  # fmt: skip
         self._subs = [
             transport.subscribe(cfg.features_topic, VISUAL_FEATURES, DEFAULT, self.questions.on_features),
             transport.subscribe(cfg.prompt_topic, STRING, DEFAULT, self.questions.on_prompt),

@@ -28,9 +28,12 @@ class VlmStatus:
 
     def __init__(self, cfg: Callable[[], cfgmod.VlmConfig], transport: Transport, pipeline, counters: Counters,
                  times: StageTimes, supervisor: threads.Supervisor, watchdog: threads.Watchdog,
-                 last_failure: Callable[[], str]) -> None:  # fmt: skip
+                 last_failure: Callable[[], str], publishers: Callable[[], int]) -> None:  # fmt: skip
         self.cfg, self.transport, self.pipeline, self.counters, self.times = cfg, transport, pipeline, counters, times
         self.supervisor, self.watchdog, self.last_failure = supervisor, watchdog, last_failure
+        #: the publishers the node's subscriptions (features, prompts) have matched: who is connected, and when a
+        #: sender may start without losing its first message to discovery (node_counters says why)
+        self.publishers = publishers
         self._diag = transport.publisher("/diagnostics", DIAGNOSTIC_ARRAY, QoS("reliable", 1))
 
     def stats(self) -> dict[str, Any]:
@@ -60,7 +63,7 @@ class VlmStatus:
         values = {k: st[k] for k in (*COUNTS, "model", "array_module", "kv_blocks_free", "transport")}
         values.update(stage_values(st["stages_ms"]))
         values.update(thread_failures=st["thread_failures"], stalls=self.watchdog.stalls,
-                      last_failure=self.last_failure())  # fmt: skip
+                      last_failure=self.last_failure(), publishers=self.publishers())  # fmt: skip
         bad = st["rejected"] + st["failed"] + st["features_rejected"]
         level, msg = (WARN, f"{bad} prompts/features rejected or failed") if bad else (OK, "answering")
         if problem:
