@@ -62,6 +62,14 @@ def node_matched(node, pubs, subs=()) -> bool:
     return all(e.matched() for e in writers + readers)
 
 
+def status_reached(name: str, key: str, n: int) -> Callable[[list], bool]:
+    """A predicate for an Inbox of /diagnostics (`Inbox.wait_for`): a message in which the status `name` has the
+    count `key` at `n` or more (a node's own counters, or its `publishers`)."""
+    from openclaw_vision.ros.diagnostics import status_values
+
+    return lambda msgs: any(int((status_values(m, name) or {}).get(key, 0)) >= n for m in msgs)
+
+
 def cameras_connected(topics, subscribers: int = 1) -> Callable[[list], bool]:
     """A predicate for an Inbox of /diagnostics (`Inbox.wait_for`): one message in which an encoder node's status of
     each camera in `topics` says its subscription has matched a publisher and its features publisher at least

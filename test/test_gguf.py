@@ -317,10 +317,9 @@ def test_the_pipeline_answers_the_same_with_both_backends(files):
 @needs_llamacpp
 @pytest.mark.dds
 def test_the_vlm_node_answers_over_dds_with_llamacpp(files, dds_domain, tmp_path):
-    from dds_helpers import Inbox, wait_until
+    from dds_helpers import Inbox, status_reached, wait_until
 
     from openclaw_vision.ros.cyclone import CycloneTransport
-    from openclaw_vision.ros.diagnostics import status_values
     from openclaw_vision.ros.process import NodeProcess
     from openclaw_vision.ros.types import DEFAULT, DIAGNOSTIC_ARRAY, HEADER, STRING, TIME, VISUAL_FEATURES
     from openclaw_vision.ros.vlm_status import STATUS_NAME
@@ -342,11 +341,8 @@ def test_the_vlm_node_answers_over_dds_with_llamacpp(files, dds_domain, tmp_path
         t.subscribe("/diagnostics", DIAGNOSTIC_ARRAY, DEFAULT, diags)
         wait_until(lambda: all(e.matched() for e in (feats_pub, prompt_pub, sub)) or not node.alive(), 60)
         assert node.alive(), node.log_text()
-
-        def node_side(msgs) -> bool:  # the node's features and prompt subscriptions have matched our writers
-            return any(int((status_values(m, STATUS_NAME) or {}).get("publishers", 0)) >= 2 for m in msgs)
-
-        diags.wait_for(node_side, 60, "the node's side")
+        # the node's side: its features and prompt subscriptions have matched our writers
+        diags.wait_for(status_reached(STATUS_NAME, "publishers", 2), 60, "the node's side")
         header = t.msg(HEADER)(stamp=t.msg(TIME)(sec=7, nanosec=9), frame_id="cam")
         vec = np.random.default_rng(0).standard_normal(EMBED_DIM).astype(np.float32)
         feats_pub.publish(t.msg(VISUAL_FEATURES)(header=header, model_id="enc@test", dim=EMBED_DIM,

@@ -7,9 +7,8 @@ import time
 
 import numpy as np
 import pytest
-from dds_helpers import Inbox, wait_until
+from dds_helpers import Inbox, status_reached, wait_until
 
-from openclaw_vision.ros.diagnostics import status_values
 from openclaw_vision.ros.process import NodeProcess
 from openclaw_vision.ros.types import DEFAULT, DIAGNOSTIC_ARRAY, HEADER, STRING, TIME, VISUAL_FEATURES
 from openclaw_vision.ros.vlm_node import STATUS_NAME
@@ -42,13 +41,7 @@ def test_vlm_node_answers_about_the_newest_frame_and_counts_every_prompt(dds_dom
         def counted(key: str, n: int) -> None:
             """Wait until the node's own /diagnostics says `key` reached n: topics are not ordered
             with each other, so the next message waits for the node to have handled this one."""
-
-            def reached() -> bool:
-                with diagnostics.cond:
-                    values = [status_values(m, STATUS_NAME) for m in diagnostics.items]
-                return any(v is not None and int(v.get(key, 0)) >= n for v in values)
-
-            wait_until(reached, 60)
+            diagnostics.wait_for(status_reached(STATUS_NAME, key, n), 60, f"{key} {n}")
 
         ends = [feats_pub, prompt_pub, *subs]  # both directions matched before anything is sent
         wait_until(lambda: all(e.matched() for e in ends) or not node.alive(), 60)

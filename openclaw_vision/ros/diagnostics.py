@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .convert import ns_to_stamp
-from .types import DIAGNOSTIC_ARRAY, DIAGNOSTIC_STATUS, HEADER, KEY_VALUE, Transport
+from .types import DIAGNOSTIC_ARRAY, DIAGNOSTIC_STATUS, HEADER, KEY_VALUE, Subscription, Transport
 
 OK, WARN, ERROR, STALE = 0, 1, 2, 3
 
@@ -30,6 +30,14 @@ def diagnostic_array(
     ]
     header = transport.msg(HEADER)(stamp=ns_to_stamp(transport, time.time_ns()), frame_id="")
     return transport.msg(DIAGNOSTIC_ARRAY)(header=header, status=statuses)
+
+
+def publishers(subscriptions: Iterable[Subscription]) -> int:
+    """The publishers `subscriptions` have matched, summed: a node's `publishers` on /diagnostics (the encoder's
+    per camera). It says who is connected (0: nothing sends here), and when a sender may start: a writer can
+    match a reader before that reader has matched it, and a volatile reader does not get what comes in between,
+    so a sender that must not lose its first message waits until the node's side counts it (the tests do)."""
+    return sum(sub.matched() for sub in subscriptions)
 
 
 def stage_values(stages_ms: dict[str, dict[str, float]]) -> dict[str, str]:

@@ -34,7 +34,7 @@ from ..core.errors import OpenclawError
 from ..runtime import config as cfgmod
 from ..runtime import threads
 from ..runtime.stats import Counters, StageTimes
-from .diagnostics import ERROR, OK, WARN, diagnostic_array, stage_values
+from .diagnostics import ERROR, OK, WARN, diagnostic_array, publishers, stage_values
 from .labels_params import LIVE, LabelParams
 from .labels_scoring import VISUAL_LABELS, Scorer, mismatch_text
 from .runner import every, node_main
@@ -120,9 +120,7 @@ class LabelsNode:
         values["labels"] = ",".join(st["labels"])
         values.update(stage_values(st["stages_ms"]))
         values["thread_failures"] = st["thread_failures"]
-        # who is connected: the publishers its subscriptions have matched (features, and a label-set topic); a sender
-        # that waits until this node's side has matched it loses no first message (node_counters says why)
-        values["publishers"] = sum(sub.matched() for sub in self._subs)
+        values["publishers"] = publishers(self._subs)  # features and a label-set topic (diagnostics.publishers)
         fault = self.supervisor.recent_fault()
         if fault:
             level, text = ERROR, fault

@@ -65,7 +65,7 @@ from ..core.errors import OpenclawError
 from ..runtime import config as cfgmod
 from ..runtime import threads
 from ..runtime.stats import Counters
-from .diagnostics import ERROR, OK, WARN, diagnostic_array
+from .diagnostics import ERROR, OK, WARN, diagnostic_array, publishers
 from .memory_forward import FORWARD_RETRY_MAX_S, Forwarder
 from .memory_queries import DEFAULT_TOP_K, MAX_TOP_K, MemoryQueries, QueryError
 from .memory_writer import MemoryWriter, Pending
@@ -175,10 +175,7 @@ class MemoryNode:
     def stats(self) -> dict[str, Any]:
         with self._lock:
             pending = len(self._pending)
-        # publishers: those this node's features subscriptions have matched (a source not seen here sends nothing
-        # here; a publisher matches a subscription before the subscription has matched it, so a sender that
-        # must not lose its first rows waits for this count, as the tests do)
-        out = {**self.counters.snapshot(), "publishers": sum(sub.matched() for sub in self._subs),
+        out = {**self.counters.snapshot(), "publishers": publishers(self._subs),  # diagnostics.publishers says why
                "pending": pending, "rows": self.memory.held,
                "model": self.memory.model_id or "", "store": self.memory.spec, "robot": self.robot,
                "transport": self.transport.name, "thread_failures": self.supervisor.failures()}  # fmt: skip

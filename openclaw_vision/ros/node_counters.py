@@ -17,10 +17,9 @@ A failure's reason is kept before its frames are counted (`fail`): /diagnostics 
 first, so a message that shows a failure always carries its reason.
 
 Each camera's /diagnostics status also says who is connected: `publishers`, the image publishers its
-subscription has matched (0: no camera driver is sending to this node, whatever the topic list says), and
-`subscribers`, the subscriptions its features publisher has matched. A writer can match a reader before that
-reader has matched it, and a sample sent in between is not delivered to a volatile reader: a sender that waits
-until the node's side says `publishers` 1 loses nothing (the tests that start a node process do).
+subscription has matched (diagnostics.publishers: 0, no camera driver is sending to this node, whatever the
+topic list says; a sender that waits for 1 loses no first frame), and `subscribers`, the subscriptions its
+features publisher has matched.
 """
 
 from __future__ import annotations

@@ -35,6 +35,7 @@ from ..core.errors import OpenclawError
 from ..runtime import config as cfgmod
 from ..runtime import threads
 from ..runtime.stats import Counters, StageTimes
+from .diagnostics import publishers
 from .runner import every, node_main
 from .subscription import Throttle
 from .types import DEFAULT, STRING, VISUAL_FEATURES, Transport
@@ -88,7 +89,7 @@ class VlmNode:
         self.watchdog = threads.Watchdog(cfg.watchdog_period)
         self.status = VlmStatus(lambda: self.cfg, transport, pipeline, self.counters, self.times, self.supervisor,
                                 self.watchdog, lambda: self.answers.last_failure,
-                                lambda: sum(sub.matched() for sub in self._subs))  # fmt: skip
+                                lambda: publishers(self._subs))  # fmt: skip
         self._subs = [
             transport.subscribe(cfg.features_topic, VISUAL_FEATURES, DEFAULT, self.questions.on_features),
             transport.subscribe(cfg.prompt_topic, STRING, DEFAULT, self.questions.on_prompt),

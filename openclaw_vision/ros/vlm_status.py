@@ -31,9 +31,7 @@ class VlmStatus:
                  last_failure: Callable[[], str], publishers: Callable[[], int]) -> None:  # fmt: skip
         self.cfg, self.transport, self.pipeline, self.counters, self.times = cfg, transport, pipeline, counters, times
         self.supervisor, self.watchdog, self.last_failure = supervisor, watchdog, last_failure
-        #: the publishers the node's subscriptions (features, prompts) have matched: who is connected, and when a
-        #: sender may start without losing its first message to discovery (node_counters says why)
-        self.publishers = publishers
+        self.publishers = publishers  # its subscriptions' (features, prompts): diagnostics.publishers
         self._diag = transport.publisher("/diagnostics", DIAGNOSTIC_ARRAY, QoS("reliable", 1))
 
     def stats(self) -> dict[str, Any]:
