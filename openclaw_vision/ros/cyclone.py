@@ -243,7 +243,10 @@ class _Subscription:
     slot holds a frame the worker has not taken; its `reader_samples` parameter), the samples wait in the
     reader, with no wake-up of this thread each: it waits for the subscriber to take (`SampleIntake.room`) or
     for the time `in_reader` samples take to come (`drain_after`), then takes them all in one call. The
-    subscriber takes what waits itself when it wants the newest (`SampleIntake.pull`, on its thread). Every
+    subscriber takes what waits itself when it wants the newest (`SampleIntake.pull`, on its thread). The thread
+    asks `paced()` each time it wakes, from data too, so what comes after the subscriber turned busy waits even
+    if the thread was already waiting for data; `room` only makes it ask again, and only the drain time drains
+    (a busy subscriber's samples taken by this thread at once were a CI failure). Every
     sample still goes through the intake, in order; what pacing saves is the wake-ups, a wake-up of this thread
     cold from the frame Cyclone just assembled being most of what a dropped frame cost us (bench/dropcost.py).
     What waits when the node stops is pulled by its close (intake.Intake.stop_holding) and counted."""
@@ -328,8 +331,9 @@ class _Subscription:
         room = self.intake.room
         while not self._stop.is_set():
             if self.intake.paced():  # the subscriber is busy: samples wait in the reader (class doc)
-                room.wait(self.drain_s)
-                room.clear()
+                if room.wait(self.drain_s):  # it took, or asked anew (hold_while): look again; only time drains
+                    room.clear()
+                    continue
                 if self.intake.paced():  # still busy: drain, every sample handled now, back to back
                     taken = self._take_all(self.intake.now)
                     if taken < 0:
@@ -338,6 +342,8 @@ class _Subscription:
                         self.drain_s = min(DRAIN_MAX_S, 2 * self.drain_s)
                     continue
             self._waitset.wait(duration(milliseconds=100))
+            if self.intake.paced():  # the subscriber turned busy while this thread waited: what came waits too
+                continue
             if self._take_all(self.intake) < 0:  # the reader still signals data: without a pause, a hot loop
                 self._stop.wait(TAKE_RETRY_S)
 
