@@ -111,6 +111,7 @@ demo: $(STAMP)
 
 lint: setup
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 
 # --durations: the slowest tests in every CI log, where the 20-minute budget of a fresh machine goes
 test: setup $(LLAMACPP_STAMP) lint
