@@ -8,8 +8,9 @@ import time
 
 import numpy as np
 import pytest
-from dds_helpers import Inbox, wait_until
+from dds_helpers import Inbox, status_reached, wait_until
 
+from openclaw_vision.ros.diagnostics import status_values
 from openclaw_vision.ros.process import NodeProcess
 from openclaw_vision.ros.types import DEFAULT, DIAGNOSTIC_ARRAY, HEADER, STRING, TIME, VISUAL_FEATURES, QoS
 from openclaw_vision.text.encoder import TextEncoder
@@ -20,7 +21,7 @@ STATUS = "labels_node: labels"
 
 
 def _status(msgs) -> list[dict]:
-    return [{kv.key: kv.value for kv in st.values} for m in msgs for st in m.status if st.name == STATUS]
+    return [values for m in msgs if (values := status_values(m, STATUS)) is not None]
 
 
 def _expected(text_model, labels: list[str], vec: np.ndarray) -> np.ndarray:
@@ -51,7 +52,7 @@ def test_labels_node_scores_features_with_their_header_and_takes_new_labels_at_r
         wait_until(lambda: all(e.matched() for e in (feats, setter, *subs)) or not node.alive())
         assert node.alive(), node.log_text()
         # and the node's side: its two subscriptions have matched our two writers (no first message lost)
-        diag.wait_for(lambda msgs: any(int(s.get("publishers", 0)) == 2 for s in _status(msgs)), 60, "the node's side")
+        diag.wait_for(status_reached(STATUS, "publishers", 2), 60, "the node's side")
 
         def send(sec: int, vec: np.ndarray, model: str = "tiny@random-seed0") -> None:
             header = t.msg(HEADER)(stamp=t.msg(TIME)(sec=sec, nanosec=7), frame_id="cam")
