@@ -31,7 +31,7 @@ from typing import Any
 from ..encoders import ImageEncoder
 from ..runtime import threads
 from ..runtime.stats import Counters
-from .diagnostics import ERROR, OK, WARN, diagnostic_array, stage_values
+from .diagnostics import ERROR, OK, WARN, diagnostic_array, publishers, stage_values
 from .intake import COUNTS, Camera, Intake
 from .subscription import Throttle
 from .types import DIAGNOSTIC_ARRAY, QoS, Transport
@@ -136,7 +136,7 @@ class NodeCounters:
         for key, cam in st["cameras"].items():
             cv = {k: cam[k] for k in (*COUNTS, *UNSEEN, "features_topic")}
             live = self.intake.cameras[key]
-            cv.update(publishers=live.images.matched(), subscribers=live.features.matched())  # module doc
+            cv.update(publishers=publishers([live.images]), subscribers=live.features.matched())  # module doc
             cv.update(stage_values(cam["stages_ms"]))
             per_camera.append((CAMERA_STATUS.format(topic=key), *self._level(cv, "encoding"), cv))
         level, text = self._level(values, "encoding")
